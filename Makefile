@@ -1,0 +1,61 @@
+# infergate — a user needs two commands: `make run` and `make test`. Everything else here serves them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+# Caches live outside the clone so repeated runs (and CI on this machine) reuse them.
+CACHE ?= $(HOME)/.cache/infergate
+VENV ?= $(CACHE)/venv
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
+# Debian packages: Mesa's software Vulkan driver (lavapipe) so wgpu has an adapter on GPU-less machines.
+SYSTEM_PACKAGES := mesa-vulkan-drivers
+# Tests and benchmarks find the Python reference (onnx, onnxruntime, tritonclient, kserve) through these.
+export INFERGATE_PYTHON := $(VENV)/bin/python
+export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
+PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
+
+.PHONY: help run test deps venv build build-release lint test-rust test-python bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+run: deps build-release ## start the backend and the gateway on deploy/local (the example)
+	scripts/run-local.sh "$(TARGET_DIR)/release"
+
+test: deps venv lint test-rust test-python ## everything: formatting, lints, Rust tests, client tests
+	@echo "==> all tests passed"
+
+deps: ## install missing system packages (asks apt; uses sudo when not root)
+	@scripts/ensure-system-deps.sh $(SYSTEM_PACKAGES)
+
+venv: ## the Python virtualenv for client tests and the ONNX reference
+	@scripts/ensure-venv.sh "$(VENV)"
+
+build: ## debug build of every crate and binary
+	$(CARGO) build --workspace --all-targets
+
+build-release: ## optimised binaries
+	$(CARGO) build --workspace --release --bins
+
+lint: ## rustfmt and clippy, warnings are errors
+	@echo "==> cargo fmt --check"
+	$(CARGO) fmt --all -- --check
+	@echo "==> cargo clippy"
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-rust: ## unit and integration tests (real sockets, lavapipe for wgpu)
+	@echo "==> cargo test"
+	$(CARGO) test --workspace
+
+test-python: build ## real clients (tritonclient, kserve SDK) against our processes
+	@if [ -n "$(PYTHON_TESTS)" ]; then \
+	  echo "==> pytest $(PYTHON_TESTS)"; \
+	  "$(INFERGATE_PYTHON)" -m pytest -q $(PYTHON_TESTS); \
+	else echo "==> no Python client tests yet"; fi
+
+bench: deps venv build-release ## benchmarks side by side with their peers; figures go to docs/benchmarks.md
+	scripts/bench.sh "$(TARGET_DIR)/release"
+
+clean: ## remove build outputs (the venv stays; delete $(CACHE) to drop it)
+	$(CARGO) clean
