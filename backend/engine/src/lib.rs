@@ -1,1 +1,20 @@
 //! ONNX models compiled to an IR and executed with wgpu compute shaders or on the CPU.
+//!
+//! Flow: [`Model::load`] parses ONNX into an [`ir::Graph`], folds constants and runs the optimisation
+//! passes; [`Model::specialise`] turns it into an [`ir::ConcreteGraph`] for concrete input shapes;
+//! a [`Session`] runs concrete graphs on an executor. See `docs/engine.md`.
+
+pub mod cpu;
+mod error;
+pub mod ir;
+mod model;
+pub mod onnx;
+pub mod passes;
+mod session;
+pub mod specialise;
+mod tensor;
+
+pub use error::{EngineError, ErrorKind, Result};
+pub use model::{Dim, Model, PlanInput, Signature, TensorSpec};
+pub use session::{AdapterChoice, ExecutorKind, Session, SessionOptions};
+pub use tensor::{DataType, Element, Tensor};

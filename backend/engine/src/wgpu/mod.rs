@@ -1,0 +1,16 @@
+//! The wgpu executor: a model's concrete graph compiled into plans of WGSL compute dispatches.
+//!
+//! See `docs/engine-wgpu.md` for adapter selection, plan structure, the buffer pool and the kernels.
+
+mod adapter;
+mod context;
+mod dtype;
+mod error;
+mod expr;
+mod kernels;
+mod plan;
+mod pool;
+mod template;
+
+#[cfg(test)]
+mod tests;
