@@ -1,0 +1,155 @@
+//! Protocol bridging: a request that arrived over HTTP/1.1, h2c or h2 leaves in the form its upstream speaks
+//! (HTTP/2 with `:scheme`/`:authority`, or HTTP/1.1 with origin-form target and `Host`), and the response
+//! comes back in a form the caller's connection can carry.
+
+use std::net::SocketAddr;
+
+use http::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use http::{Request, Response, Version};
+
+use crate::headers::strip_hop_by_hop;
+use crate::proxy::Body;
+use crate::upstream::{UpstreamProtocol, UpstreamTls};
+
+/// True when the request is gRPC (`content-type: application/grpc` or `application/grpc+proto`, …).
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.strip_prefix("application/grpc")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'))
+        })
+}
+
+/// The authority the caller addressed: the URI's (HTTP/2 `:authority`, absolute-form HTTP/1.1) or `Host`.
+pub fn request_authority<B>(req: &Request<B>) -> Option<Authority> {
+    if let Some(a) = req.uri().authority() {
+        return Some(a.clone());
+    }
+    req.headers()
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<Authority>().ok())
+}
+
+/// Rewrites a request for one try to an upstream speaking `protocol` at `addr`. The caller's authority is
+/// kept (the upstream sees the host the caller asked for); without one, the endpoint's address is used.
+pub fn to_upstream(
+    req: Request<Body>,
+    protocol: UpstreamProtocol,
+    addr: SocketAddr,
+    tls: Option<&UpstreamTls>,
+) -> Request<Body> {
+    let authority = request_authority(&req).or_else(|| addr.to_string().parse::<Authority>().ok());
+    let (mut parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    match protocol {
+        UpstreamProtocol::Http2 => {
+            let mut b = Uri::builder()
+                .scheme(if tls.is_some() {
+                    Scheme::HTTPS
+                } else {
+                    Scheme::HTTP
+                })
+                .path_and_query(path.clone());
+            if let Some(a) = &authority {
+                b = b.authority(a.clone());
+            }
+            if let Ok(uri) = b.build() {
+                parts.uri = uri;
+            }
+            parts.version = Version::HTTP_2;
+            parts.headers.remove(HOST);
+        }
+        UpstreamProtocol::Http1 => {
+            parts.uri = Uri::from(path);
+            parts.version = Version::HTTP_11;
+            if let Some(a) = &authority
+                && let Ok(v) = HeaderValue::from_str(a.as_str())
+            {
+                parts.headers.insert(HOST, v);
+            }
+        }
+    }
+    Request::from_parts(parts, body)
+}
+
+/// Prepares an upstream's response for the caller: hop-by-hop headers go, the version is left to the caller's
+/// connection.
+pub fn from_upstream<B>(resp: Response<B>) -> Response<B> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.version = Version::default();
+    Response::from_parts(parts, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::empty;
+
+    fn req(uri: &str, host: Option<&str>) -> Request<Body> {
+        let mut b = Request::builder().uri(uri);
+        if let Some(h) = host {
+            b = b.header(HOST, h);
+        }
+        b.body(empty()).unwrap()
+    }
+
+    #[test]
+    fn http1_request_becomes_h2_with_scheme_and_authority() {
+        let r = to_upstream(
+            req("/v2/models/m/infer?x=1", Some("api.example:8080")),
+            UpstreamProtocol::Http2,
+            "127.0.0.1:9000".parse().unwrap(),
+            None,
+        );
+        assert_eq!(r.version(), Version::HTTP_2);
+        assert_eq!(
+            r.uri().to_string(),
+            "http://api.example:8080/v2/models/m/infer?x=1"
+        );
+        assert!(r.headers().get(HOST).is_none());
+    }
+
+    #[test]
+    fn h2_request_becomes_http1_with_host() {
+        let r = to_upstream(
+            req("http://api.example/v2", None),
+            UpstreamProtocol::Http1,
+            "127.0.0.1:9000".parse().unwrap(),
+            None,
+        );
+        assert_eq!(r.version(), Version::HTTP_11);
+        assert_eq!(r.uri().to_string(), "/v2");
+        assert_eq!(r.headers()[HOST], "api.example");
+    }
+
+    #[test]
+    fn missing_authority_falls_back_to_the_endpoint() {
+        let r = to_upstream(
+            req("/x", None),
+            UpstreamProtocol::Http2,
+            "10.1.2.3:81".parse().unwrap(),
+            None,
+        );
+        assert_eq!(r.uri().to_string(), "http://10.1.2.3:81/x");
+    }
+
+    #[test]
+    fn grpc_is_detected_by_content_type() {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc+proto"));
+        assert!(is_grpc(&h));
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc-web"));
+        assert!(!is_grpc(&h));
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert!(!is_grpc(&h));
+    }
+}

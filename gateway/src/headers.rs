@@ -1,0 +1,181 @@
+//! Header rules of a proxy: hop-by-hop headers (RFC 9110 §7.6.1), `x-request-id`, `x-forwarded-for` and
+//! protocol upgrades.
+
+use std::net::IpAddr;
+
+use http::header::{CONNECTION, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE};
+
+/// The request id header: added when the caller sent none, passed upstream and echoed in the response.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// The header listing the addresses a request passed through.
+pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// Headers that only mean something on one connection and never travel through a proxy.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authenticate",
+    "proxy-authorization",
+];
+
+/// Removes hop-by-hop headers: every header named in `Connection`, the fixed hop-by-hop set, `HTTP2-Settings`,
+/// and `TE` except its `trailers` token (which gRPC needs end to end on HTTP/2).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        // `te` listed in Connection is still handled below: only its `trailers` token survives.
+        if name != TE {
+            headers.remove(&name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove("http2-settings");
+    let keeps_trailers = headers
+        .get_all(TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| {
+            let token = token.split(';').next().unwrap_or("").trim();
+            token.eq_ignore_ascii_case("trailers")
+        });
+    headers.remove(TE);
+    if keeps_trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// What a request asks of the connection beyond one request and one response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeRequest {
+    /// No upgrade, or an `h2c` upgrade that the gateway ignores (RFC 9113 lets a server answer in HTTP/1.1).
+    None,
+    /// Another protocol (WebSocket, …): the gateway refuses it.
+    Protocol(String),
+}
+
+/// Reads the `Upgrade` header of an HTTP/1.1 request.
+pub fn upgrade_request(headers: &HeaderMap) -> UpgradeRequest {
+    let Some(value) = headers.get(UPGRADE) else {
+        return UpgradeRequest::None;
+    };
+    let text = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
+    if text.split(',').all(|p| p.trim().eq_ignore_ascii_case("h2c")) {
+        UpgradeRequest::None
+    } else {
+        UpgradeRequest::Protocol(text)
+    }
+}
+
+/// Returns the request id, adding a fresh random one when the request has none (or an unreadable one).
+pub fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
+    if let Some(v) = headers.get(&REQUEST_ID)
+        && !v.is_empty()
+    {
+        return v.clone();
+    }
+    let id: u128 = rand::random();
+    let text = format!("{id:032x}");
+    // 32 lowercase hex characters are always a valid header value.
+    let value = HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("0"));
+    headers.insert(REQUEST_ID, value.clone());
+    value
+}
+
+/// Appends the caller's address to `x-forwarded-for`.
+pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
+    let value = match headers.get(&FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {peer}"),
+        _ => peer.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(FORWARDED_FOR, v);
+    }
+}
+
+/// True when the message body is framed with `Transfer-Encoding` (only meaningful on HTTP/1.1).
+pub fn is_chunked(headers: &HeaderMap) -> bool {
+    headers.contains_key(TRANSFER_ENCODING)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn connection_listed_and_fixed_hop_by_hop_headers_are_removed() {
+        let mut h = map(&[
+            ("connection", "keep-alive, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("proxy-authorization", "Basic x"),
+            ("upgrade", "h2c"),
+            ("http2-settings", "AAA"),
+            ("content-type", "application/json"),
+            ("x-keep", "yes"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let mut names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, vec!["content-type", "x-keep"]);
+    }
+
+    #[test]
+    fn te_keeps_only_trailers() {
+        let mut h = map(&[("te", "gzip, trailers;q=1")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.get(TE).unwrap(), "trailers");
+        let mut h = map(&[("te", "gzip")]);
+        strip_hop_by_hop(&mut h);
+        assert!(h.get(TE).is_none());
+    }
+
+    #[test]
+    fn request_id_is_kept_or_added() {
+        let mut h = map(&[("x-request-id", "abc")]);
+        assert_eq!(ensure_request_id(&mut h), "abc");
+        let mut h = HeaderMap::new();
+        let id = ensure_request_id(&mut h);
+        assert_eq!(id.len(), 32);
+        assert_eq!(h.get(&REQUEST_ID).unwrap(), &id);
+    }
+
+    #[test]
+    fn h2c_upgrade_is_ignored_websocket_is_not() {
+        assert_eq!(upgrade_request(&map(&[("upgrade", "h2c")])), UpgradeRequest::None);
+        assert_eq!(
+            upgrade_request(&map(&[("upgrade", "websocket")])),
+            UpgradeRequest::Protocol("websocket".into())
+        );
+    }
+
+    #[test]
+    fn forwarded_for_appends() {
+        let mut h = map(&[("x-forwarded-for", "10.0.0.1")]);
+        append_forwarded_for(&mut h, "127.0.0.1".parse().unwrap());
+        assert_eq!(h.get(&FORWARDED_FOR).unwrap(), "10.0.0.1, 127.0.0.1");
+    }
+}

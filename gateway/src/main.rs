@@ -1,0 +1,3 @@
+//! `infergate-gateway`: the sidecar binary.
+
+fn main() {}

@@ -1,0 +1,83 @@
+//! The response body of an upstream call: it holds the endpoint's outstanding count and the upstream's
+//! concurrency slot until the body ends or is dropped, so balancing and limits see streams, not just heads.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::endpoint::Endpoint;
+
+/// Holds an endpoint's outstanding request and the upstream's concurrency slot.
+pub(crate) struct Guard {
+    endpoint: Arc<Endpoint>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Guard {
+    pub(crate) fn new(endpoint: Arc<Endpoint>, permit: OwnedSemaphorePermit) -> Guard {
+        endpoint.begin();
+        Guard {
+            endpoint,
+            _permit: permit,
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.endpoint.end();
+    }
+}
+
+/// A response body streaming from an upstream. Trailers (gRPC status) pass through.
+pub struct UpstreamBody {
+    inner: Incoming,
+    guard: Option<Guard>,
+}
+
+impl UpstreamBody {
+    pub(crate) fn new(inner: Incoming, guard: Guard) -> UpstreamBody {
+        UpstreamBody {
+            inner,
+            guard: Some(guard),
+        }
+    }
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody").finish_non_exhaustive()
+    }
+}
+
+impl HttpBody for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.guard = None,
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.guard = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,179 @@
+//! Upstream failures, classified as data so that retry policies decide on the kind, never on message text.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use crate::proxy::BoxError;
+
+/// What kind of failure an upstream call ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// A TCP connect, TLS handshake or HTTP/2 handshake failed or timed out: the request never left.
+    ConnectFailure,
+    /// The upstream refused the HTTP/2 stream (`REFUSED_STREAM`, or the stream was above a `GOAWAY`'s last
+    /// stream id), or the connection closed before the request was written: nothing was processed.
+    RefusedStream,
+    /// The connection or stream was reset or closed after the request was sent, before a response.
+    Reset,
+    /// The upstream took longer than allowed (connect timeout here; per-try timeouts are the retry policy's).
+    Timeout,
+    /// The upstream's own concurrency and queue limits in the gateway are full: refused at once.
+    Overloaded,
+    /// The upstream has no endpoint (its DNS name resolved to nothing yet).
+    NoEndpoints,
+    /// The upstream answered something that is not valid HTTP.
+    Protocol,
+    /// The caller's request body went over the listener's size limit while streaming.
+    RequestBodyTooLarge,
+    /// Reading the caller's request body failed (the caller went away or sent a malformed body).
+    RequestBody,
+}
+
+impl FailureKind {
+    /// A short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::ConnectFailure => "connect_failure",
+            FailureKind::RefusedStream => "refused_stream",
+            FailureKind::Reset => "reset",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Overloaded => "overloaded",
+            FailureKind::NoEndpoints => "no_endpoints",
+            FailureKind::Protocol => "protocol",
+            FailureKind::RequestBodyTooLarge => "request_body_too_large",
+            FailureKind::RequestBody => "request_body",
+        }
+    }
+
+    /// True when the upstream cannot have processed the request (so replaying it is safe even for
+    /// non-idempotent calls).
+    pub fn never_processed(self) -> bool {
+        matches!(
+            self,
+            FailureKind::ConnectFailure
+                | FailureKind::RefusedStream
+                | FailureKind::Overloaded
+                | FailureKind::NoEndpoints
+        )
+    }
+
+    /// True when the failure is the caller's (its body), not the upstream's: never retried, never counted
+    /// against the endpoint.
+    pub fn is_caller_fault(self) -> bool {
+        matches!(self, FailureKind::RequestBodyTooLarge | FailureKind::RequestBody)
+    }
+}
+
+/// A failed upstream call: the kind, the upstream and endpoint it concerned, and the underlying cause.
+#[derive(Debug)]
+pub struct UpstreamError {
+    kind: FailureKind,
+    upstream: String,
+    endpoint: Option<String>,
+    detail: String,
+    source: Option<BoxError>,
+}
+
+impl UpstreamError {
+    /// A new error; `detail` says what happened in words an operator can act on.
+    pub fn new(kind: FailureKind, upstream: &str, detail: impl Into<String>) -> Self {
+        UpstreamError {
+            kind,
+            upstream: upstream.to_string(),
+            endpoint: None,
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// Names the endpoint (address) the failure happened on.
+    pub fn with_endpoint(mut self, endpoint: impl fmt::Display) -> Self {
+        self.endpoint = Some(endpoint.to_string());
+        self
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// The upstream's name.
+    pub fn upstream(&self) -> &str {
+        &self.upstream
+    }
+
+    /// The endpoint's address, when the failure concerned one.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+}
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upstream '{}'", self.upstream)?;
+        if let Some(ep) = &self.endpoint {
+            write!(f, " (endpoint {ep})")?;
+        }
+        write!(f, ": {}", self.detail)?;
+        if let Some(src) = &self.source {
+            write!(f, ": {}", root_cause(src.as_ref()))?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for UpstreamError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// The innermost error of a chain, which usually says the most (e.g. "Connection refused (os error 111)").
+pub(crate) fn root_cause<'a>(e: &'a (dyn StdError + 'static)) -> &'a (dyn StdError + 'static) {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur
+}
+
+/// Classifies an error from sending a request on an established connection.
+pub(crate) fn classify_send_error(e: &hyper::Error) -> FailureKind {
+    // Our own request-body errors come back through hyper as the source of a user-body error.
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return FailureKind::RequestBodyTooLarge;
+        }
+        if let Some(h2e) = err.downcast_ref::<h2::Error>() {
+            if h2e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                return FailureKind::RefusedStream;
+            }
+            if h2e.is_go_away() && h2e.is_remote() && h2e.reason() == Some(h2::Reason::NO_ERROR) {
+                // A graceful GOAWAY refuses streams above its last stream id: never processed.
+                return FailureKind::RefusedStream;
+            }
+        }
+        cur = err.source();
+    }
+    if e.is_canceled() {
+        // hyper cancels queued requests when the connection closes before they were written.
+        return FailureKind::RefusedStream;
+    }
+    if e.is_user() {
+        return FailureKind::RequestBody;
+    }
+    if e.is_parse() {
+        return FailureKind::Protocol;
+    }
+    if e.is_timeout() {
+        return FailureKind::Timeout;
+    }
+    FailureKind::Reset
+}

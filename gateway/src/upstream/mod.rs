@@ -1,0 +1,274 @@
+//! Upstream clusters: endpoints balanced by power-of-two-choices on outstanding requests, outlier ejection,
+//! concurrency and queue limits, periodic DNS re-resolution, and connection pools (HTTP/2 or HTTP/1.1, clear
+//! text or TLS).
+//!
+//! [`Upstream::send`] is one try: it never retries (the route's retry policy does), but it classifies every
+//! failure as a [`FailureKind`] so the policy decides on data.
+
+mod body;
+mod endpoint;
+mod error;
+mod outlier;
+mod pool;
+mod resolve;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use tokio::sync::{Semaphore, watch};
+
+pub use body::UpstreamBody;
+pub use endpoint::{EndpointSnapshot, EndpointSpec};
+pub use error::{FailureKind, UpstreamError};
+pub use outlier::OutlierSettings;
+pub use pool::{ConnectSettings, UpstreamProtocol, UpstreamTls};
+
+use crate::bridge;
+use crate::metrics as m;
+use crate::proxy::Body;
+use body::Guard;
+use endpoint::Endpoint;
+
+/// Everything that defines one upstream; two upstreams with equal settings share state across reloads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSettings {
+    /// The upstream's name in the routing rules (also its metric label).
+    pub name: String,
+    /// Endpoints as `host:port`; a host that is not an IP address is resolved now and every
+    /// `resolve_interval`, each address becoming an endpoint (a Kubernetes headless Service).
+    pub endpoints: Vec<EndpointSpec>,
+    /// How connections are made.
+    pub connect: ConnectSettings,
+    /// Requests in flight to this upstream at once; more wait in the queue.
+    pub max_concurrent: usize,
+    /// Requests allowed to wait for a free slot; beyond this the gateway answers 503 / UNAVAILABLE at once.
+    pub max_pending: usize,
+    /// Outlier detection.
+    pub outlier: OutlierSettings,
+    /// How often DNS names are resolved again.
+    pub resolve_interval: Duration,
+}
+
+impl UpstreamSettings {
+    /// Settings with defaults for everything but the name and endpoints.
+    pub fn new(name: impl Into<String>, endpoints: Vec<EndpointSpec>) -> Self {
+        UpstreamSettings {
+            name: name.into(),
+            endpoints,
+            connect: ConnectSettings::default(),
+            max_concurrent: 1024,
+            max_pending: 1024,
+            outlier: OutlierSettings::default(),
+            resolve_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One upstream cluster. Cheap to share (`Arc`); its resolver task stops when the last `Arc` is dropped.
+pub struct Upstream {
+    settings: UpstreamSettings,
+    endpoints: ArcSwap<Vec<Arc<Endpoint>>>,
+    resolved: watch::Sender<u64>,
+    concurrency: Arc<Semaphore>,
+    pending: AtomicUsize,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.settings.name)
+            .field("endpoints", &self.endpoints.load().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Builds the upstream. Endpoints given as IP addresses are ready at once; DNS names are resolved by a
+    /// background task (must be called inside a Tokio runtime).
+    pub fn new(settings: UpstreamSettings) -> Arc<Upstream> {
+        let static_eps: Vec<Arc<Endpoint>> = settings
+            .endpoints
+            .iter()
+            .filter_map(|spec| spec.ip_addr())
+            .map(|addr| Arc::new(Endpoint::new(addr, &settings.connect)))
+            .collect();
+        let needs_dns = settings.endpoints.iter().any(|s| s.ip_addr().is_none());
+        let (resolved, _) = watch::channel(0);
+        let upstream = Arc::new(Upstream {
+            concurrency: Arc::new(Semaphore::new(settings.max_concurrent.max(1))),
+            pending: AtomicUsize::new(0),
+            endpoints: ArcSwap::from_pointee(static_eps),
+            resolved,
+            settings,
+        });
+        if needs_dns {
+            resolve::spawn(Arc::downgrade(&upstream));
+        }
+        upstream
+    }
+
+    /// The upstream's settings.
+    pub fn settings(&self) -> &UpstreamSettings {
+        &self.settings
+    }
+
+    /// The upstream's name.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// A view of every endpoint: address, outstanding requests, ejection state, open connections.
+    pub fn endpoints(&self) -> Vec<EndpointSnapshot> {
+        let now = tokio::time::Instant::now();
+        self.endpoints.load().iter().map(|e| e.snapshot(now)).collect()
+    }
+
+    /// Sends one try of `req` to one endpoint. The response body keeps the endpoint's outstanding count and
+    /// the concurrency slot until it ends or is dropped.
+    pub async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let name = &self.settings.name;
+        let permit = self.acquire().await?;
+        let endpoint = self.pick().await?;
+        let guard = Guard::new(Arc::clone(&endpoint), permit);
+        let req = bridge::to_upstream(
+            req,
+            self.settings.connect.protocol,
+            endpoint.addr(),
+            self.settings.connect.tls.as_ref(),
+        );
+        let result = endpoint
+            .pool()
+            .send(name, endpoint.addr(), &self.settings.connect, req)
+            .await;
+        match result {
+            Ok(resp) => {
+                if resp.status().is_server_error() {
+                    self.record_failure(&endpoint);
+                } else {
+                    endpoint.record_success();
+                }
+                Ok(resp.map(|b| UpstreamBody::new(b, guard)))
+            }
+            Err(e) => {
+                if !e.kind().is_caller_fault() {
+                    self.record_failure(&endpoint);
+                }
+                metrics::counter!(m::UPSTREAM_FAILURES, "upstream" => name.clone(), "kind" => e.kind().as_str()).increment(1);
+                Err(e)
+            }
+        }
+    }
+
+    async fn acquire(&self) -> Result<tokio::sync::OwnedSemaphorePermit, UpstreamError> {
+        if let Ok(p) = Arc::clone(&self.concurrency).try_acquire_owned() {
+            return Ok(p);
+        }
+        let waiting = self.pending.fetch_add(1, Ordering::AcqRel);
+        if waiting >= self.settings.max_pending {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            metrics::counter!(m::UPSTREAM_OVERLOADED, "upstream" => self.settings.name.clone()).increment(1);
+            return Err(UpstreamError::new(
+                FailureKind::Overloaded,
+                &self.settings.name,
+                format!(
+                    "at its limit of {} concurrent and {} pending requests; raise max_concurrent/max_pending or add endpoints",
+                    self.settings.max_concurrent, self.settings.max_pending
+                ),
+            ));
+        }
+        let permit = Arc::clone(&self.concurrency).acquire_owned().await;
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        permit.map_err(|_| {
+            UpstreamError::new(
+                FailureKind::Overloaded,
+                &self.settings.name,
+                "the upstream was shut down",
+            )
+        })
+    }
+
+    /// Power of two choices over the endpoints not ejected (all of them when every one is ejected).
+    async fn pick(&self) -> Result<Arc<Endpoint>, UpstreamError> {
+        let mut eps = self.endpoints.load_full();
+        if eps.is_empty() && self.settings.endpoints.iter().any(|s| s.ip_addr().is_none()) {
+            // The first resolution may still be under way: wait for it, no longer than a connect.
+            let mut rx = self.resolved.subscribe();
+            if *rx.borrow_and_update() == 0 {
+                let _ = tokio::time::timeout(self.settings.connect.connect_timeout, rx.changed()).await;
+            }
+            eps = self.endpoints.load_full();
+        }
+        if eps.is_empty() {
+            let names: Vec<String> = self.settings.endpoints.iter().map(|s| s.to_string()).collect();
+            return Err(UpstreamError::new(
+                FailureKind::NoEndpoints,
+                &self.settings.name,
+                format!(
+                    "no endpoint address is known (endpoints: {}); check the DNS name",
+                    names.join(", ")
+                ),
+            ));
+        }
+        let now = tokio::time::Instant::now();
+        let healthy: Vec<&Arc<Endpoint>> = eps.iter().filter(|e| !e.is_ejected(now)).collect();
+        let pool: Vec<&Arc<Endpoint>> = if healthy.is_empty() {
+            eps.iter().collect()
+        } else {
+            healthy
+        };
+        let chosen = match pool.len() {
+            1 => pool[0],
+            n => {
+                let a = rand::random_range(0..n);
+                let mut b = rand::random_range(0..n - 1);
+                if b >= a {
+                    b += 1;
+                }
+                if pool[b].outstanding() < pool[a].outstanding() {
+                    pool[b]
+                } else {
+                    pool[a]
+                }
+            }
+        };
+        Ok(Arc::clone(chosen))
+    }
+
+    fn record_failure(&self, endpoint: &Endpoint) {
+        let now = tokio::time::Instant::now();
+        let eps = self.endpoints.load();
+        let ejected = eps.iter().filter(|e| e.is_ejected(now)).count();
+        let may_eject = ejected < outlier::max_ejected(&self.settings.outlier, eps.len());
+        if let Some(length) = endpoint.record_failure(&self.settings.outlier, now, may_eject) {
+            tracing::warn!(
+                upstream = %self.settings.name,
+                endpoint = %endpoint.addr(),
+                ejected_for = ?length,
+                "endpoint ejected after {} consecutive failures",
+                self.settings.outlier.consecutive_failures
+            );
+            metrics::counter!(m::UPSTREAM_EJECTIONS, "upstream" => self.settings.name.clone()).increment(1);
+        }
+    }
+
+    /// Replaces the endpoint set with `addrs`, keeping the state of endpoints that stay.
+    fn set_addresses(&self, addrs: &[SocketAddr]) {
+        let current = self.endpoints.load();
+        let next: Vec<Arc<Endpoint>> = addrs
+            .iter()
+            .map(|a| {
+                current
+                    .iter()
+                    .find(|e| e.addr() == *a)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(Endpoint::new(*a, &self.settings.connect)))
+            })
+            .collect();
+        self.endpoints.store(Arc::new(next));
+        self.resolved.send_modify(|n| *n += 1);
+    }
+}

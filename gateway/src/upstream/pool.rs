@@ -1,0 +1,416 @@
+//! Connections to one endpoint: a few multiplexed HTTP/2 connections, or a pool of idle HTTP/1.1 connections;
+//! plain TCP or TLS.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use super::error::{FailureKind, UpstreamError, classify_send_error};
+use crate::proxy::Body;
+
+/// The HTTP version spoken to an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/2: h2c with prior knowledge in clear text, or h2 negotiated by ALPN over TLS. Requests of all
+    /// callers are multiplexed over a few connections.
+    Http2,
+    /// HTTP/1.1 with keep-alive; one request per connection at a time.
+    Http1,
+}
+
+/// TLS towards an upstream: the client configuration (roots, ALPN) and the name to verify.
+#[derive(Clone)]
+pub struct UpstreamTls {
+    /// rustls client configuration; its ALPN list should offer the upstream's protocol.
+    pub config: Arc<rustls::ClientConfig>,
+    /// The name the upstream's certificate must carry (SNI).
+    pub server_name: ServerName<'static>,
+}
+
+impl std::fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for UpstreamTls {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.config, &other.config) && self.server_name == other.server_name
+    }
+}
+
+/// How connections to an upstream's endpoints are made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectSettings {
+    /// HTTP/2 or HTTP/1.1.
+    pub protocol: UpstreamProtocol,
+    /// TLS, when the upstream wants it.
+    pub tls: Option<UpstreamTls>,
+    /// Time allowed for TCP connect plus TLS and HTTP/2 handshakes.
+    pub connect_timeout: Duration,
+    /// HTTP/2 connections kept per endpoint (requests are spread over them round-robin).
+    pub h2_connections: usize,
+    /// Idle HTTP/1.1 connections kept per endpoint.
+    pub h1_max_idle: usize,
+}
+
+impl Default for ConnectSettings {
+    fn default() -> Self {
+        ConnectSettings {
+            protocol: UpstreamProtocol::Http2,
+            tls: None,
+            connect_timeout: Duration::from_secs(1),
+            h2_connections: 2,
+            h1_max_idle: 64,
+        }
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// The connections of one endpoint.
+pub(crate) enum Pool {
+    Http2(H2Pool),
+    Http1(H1Pool),
+}
+
+pub(crate) struct H2Pool {
+    slots: Box<[H2Slot]>,
+    next: AtomicUsize,
+}
+
+struct H2Slot {
+    conn: ArcSwapOption<http2::SendRequest<Body>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+pub(crate) struct H1Pool {
+    idle: Arc<std::sync::Mutex<Vec<http1::SendRequest<Body>>>>,
+    max_idle: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(settings: &ConnectSettings) -> Pool {
+        match settings.protocol {
+            UpstreamProtocol::Http2 => Pool::Http2(H2Pool {
+                slots: (0..settings.h2_connections.max(1))
+                    .map(|_| H2Slot {
+                        conn: ArcSwapOption::empty(),
+                        connecting: tokio::sync::Mutex::new(()),
+                    })
+                    .collect(),
+                next: AtomicUsize::new(0),
+            }),
+            UpstreamProtocol::Http1 => Pool::Http1(H1Pool {
+                idle: Arc::new(std::sync::Mutex::new(Vec::new())),
+                max_idle: settings.h1_max_idle,
+            }),
+        }
+    }
+
+    /// Sends `req` to the endpoint at `addr`, connecting when no usable connection is pooled.
+    pub(crate) async fn send(
+        &self,
+        upstream: &str,
+        addr: SocketAddr,
+        settings: &ConnectSettings,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        match self {
+            Pool::Http2(p) => p.send(upstream, addr, settings, req).await,
+            Pool::Http1(p) => p.send(upstream, addr, settings, req).await,
+        }
+    }
+
+    /// Number of open connections (for tests and metrics).
+    pub(crate) fn open_connections(&self) -> usize {
+        match self {
+            Pool::Http2(p) => p
+                .slots
+                .iter()
+                .filter(|s| s.conn.load().as_ref().is_some_and(|c| !c.is_closed()))
+                .count(),
+            Pool::Http1(p) => p.idle.lock().map(|v| v.len()).unwrap_or(0),
+        }
+    }
+}
+
+impl H2Pool {
+    async fn send(
+        &self,
+        upstream: &str,
+        addr: SocketAddr,
+        settings: &ConnectSettings,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let slot = &self.slots[i];
+        let mut req = req;
+        // A pooled connection may have closed since it was stored: then hyper hands the request back unsent
+        // and we connect once more.
+        for _ in 0..2 {
+            let mut sender = slot.get(upstream, addr, settings).await?;
+            match sender.try_send_request(req).await {
+                Ok(resp) => return Ok(resp),
+                Err(mut e) => match e.take_message() {
+                    Some(back) if e.error().is_canceled() || e.error().is_closed() => {
+                        slot.forget(&sender);
+                        req = back;
+                    }
+                    _ => {
+                        let err = e.into_error();
+                        if err.is_closed() || err.is_canceled() {
+                            slot.forget(&sender);
+                        }
+                        return Err(send_error(upstream, addr, &err).with_source(err));
+                    }
+                },
+            }
+        }
+        Err(UpstreamError::new(
+            FailureKind::RefusedStream,
+            upstream,
+            "the HTTP/2 connection closed twice before the request could be sent",
+        )
+        .with_endpoint(addr))
+    }
+}
+
+impl H2Slot {
+    async fn get(
+        &self,
+        upstream: &str,
+        addr: SocketAddr,
+        settings: &ConnectSettings,
+    ) -> Result<http2::SendRequest<Body>, UpstreamError> {
+        if let Some(c) = self.conn.load().as_ref()
+            && !c.is_closed()
+        {
+            return Ok(http2::SendRequest::clone(c));
+        }
+        let _guard = self.connecting.lock().await;
+        if let Some(c) = self.conn.load().as_ref()
+            && !c.is_closed()
+        {
+            return Ok(http2::SendRequest::clone(c));
+        }
+        let sender = connect_h2(upstream, addr, settings).await?;
+        self.conn.store(Some(Arc::new(sender.clone())));
+        Ok(sender)
+    }
+
+    fn forget(&self, _sender: &http2::SendRequest<Body>) {
+        if self.conn.load().as_ref().is_some_and(|c| c.is_closed()) {
+            self.conn.store(None);
+        }
+    }
+}
+
+impl H1Pool {
+    async fn send(
+        &self,
+        upstream: &str,
+        addr: SocketAddr,
+        settings: &ConnectSettings,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut req = req;
+        for _ in 0..2 {
+            let (mut sender, pooled) = match self.take_idle() {
+                Some(s) => (s, true),
+                None => (connect_h1(upstream, addr, settings).await?, false),
+            };
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    self.give_back_when_ready(sender);
+                    return Ok(resp);
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(back) if pooled => req = back,
+                    _ => {
+                        let err = e.into_error();
+                        return Err(send_error(upstream, addr, &err).with_source(err));
+                    }
+                },
+            }
+        }
+        Err(UpstreamError::new(
+            FailureKind::RefusedStream,
+            upstream,
+            "the pooled HTTP/1.1 connection closed before the request could be sent",
+        )
+        .with_endpoint(addr))
+    }
+
+    fn take_idle(&self) -> Option<http1::SendRequest<Body>> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(s) = idle.pop() {
+            if s.is_ready() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Returns the connection to the pool once the response body has been read (hyper signals readiness).
+    fn give_back_when_ready(&self, mut sender: http1::SendRequest<Body>) {
+        let idle = Arc::clone(&self.idle);
+        let max = self.max_idle;
+        tokio::spawn(async move {
+            if sender.ready().await.is_ok()
+                && let Ok(mut idle) = idle.lock()
+                && idle.len() < max
+            {
+                idle.push(sender);
+            }
+        });
+    }
+}
+
+fn send_error(upstream: &str, addr: SocketAddr, e: &hyper::Error) -> UpstreamError {
+    let kind = classify_send_error(e);
+    let detail = match kind {
+        FailureKind::RefusedStream => "the upstream refused the stream before processing it",
+        FailureKind::Reset => "the connection was reset or closed before a response arrived",
+        FailureKind::Protocol => "the upstream's answer is not valid HTTP",
+        FailureKind::Timeout => "the upstream timed out",
+        FailureKind::RequestBodyTooLarge => "the request body is larger than the gateway allows",
+        FailureKind::RequestBody => "reading the request body from the caller failed",
+        _ => "sending the request failed",
+    };
+    UpstreamError::new(kind, upstream, detail).with_endpoint(addr)
+}
+
+async fn connect_io(
+    upstream: &str,
+    addr: SocketAddr,
+    settings: &ConnectSettings,
+) -> Result<(Box<dyn Io>, UpstreamProtocol), UpstreamError> {
+    let connect = async {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| {
+            UpstreamError::new(FailureKind::ConnectFailure, upstream, "TCP connect failed")
+                .with_endpoint(addr)
+                .with_source(e)
+        })?;
+        let _ = tcp.set_nodelay(true);
+        match &settings.tls {
+            None => Ok((Box::new(tcp) as Box<dyn Io>, settings.protocol)),
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
+                let stream = connector
+                    .connect(tls.server_name.clone(), tcp)
+                    .await
+                    .map_err(|e| {
+                        UpstreamError::new(FailureKind::ConnectFailure, upstream, "TLS handshake failed")
+                            .with_endpoint(addr)
+                            .with_source(e)
+                    })?;
+                // ALPN decides; an upstream that negotiated nothing gets what the settings say.
+                let negotiated = match stream.get_ref().1.alpn_protocol() {
+                    Some(b"h2") => UpstreamProtocol::Http2,
+                    Some(b"http/1.1") => UpstreamProtocol::Http1,
+                    _ => settings.protocol,
+                };
+                Ok((Box::new(stream) as Box<dyn Io>, negotiated))
+            }
+        }
+    };
+    match tokio::time::timeout(settings.connect_timeout, connect).await {
+        Ok(r) => r,
+        Err(_) => Err(UpstreamError::new(
+            FailureKind::ConnectFailure,
+            upstream,
+            format!(
+                "connecting took longer than the connect timeout ({:?})",
+                settings.connect_timeout
+            ),
+        )
+        .with_endpoint(addr)),
+    }
+}
+
+async fn connect_h2(
+    upstream: &str,
+    addr: SocketAddr,
+    settings: &ConnectSettings,
+) -> Result<http2::SendRequest<Body>, UpstreamError> {
+    let (io, negotiated) = connect_io(upstream, addr, settings).await?;
+    if negotiated != UpstreamProtocol::Http2 {
+        return Err(UpstreamError::new(
+            FailureKind::ConnectFailure,
+            upstream,
+            "the upstream did not accept HTTP/2 in ALPN; set its protocol to http1",
+        )
+        .with_endpoint(addr));
+    }
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .adaptive_window(true)
+        .keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10));
+    let handshake = builder.handshake::<_, Body>(TokioIo::new(io));
+    let (sender, conn) = match tokio::time::timeout(settings.connect_timeout, handshake).await {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(e)) => {
+            return Err(UpstreamError::new(
+                FailureKind::ConnectFailure,
+                upstream,
+                "HTTP/2 handshake failed (is the upstream speaking h2c?)",
+            )
+            .with_endpoint(addr)
+            .with_source(e));
+        }
+        Err(_) => {
+            return Err(UpstreamError::new(
+                FailureKind::ConnectFailure,
+                upstream,
+                "HTTP/2 handshake took longer than the connect timeout",
+            )
+            .with_endpoint(addr));
+        }
+    };
+    let name = upstream.to_string();
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(upstream = %name, endpoint = %addr, error = %e, "upstream HTTP/2 connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+async fn connect_h1(
+    upstream: &str,
+    addr: SocketAddr,
+    settings: &ConnectSettings,
+) -> Result<http1::SendRequest<Body>, UpstreamError> {
+    let (io, _) = connect_io(upstream, addr, settings).await?;
+    let (sender, conn) = http1::Builder::new()
+        .handshake::<_, Body>(TokioIo::new(io))
+        .await
+        .map_err(|e| {
+            UpstreamError::new(FailureKind::ConnectFailure, upstream, "HTTP/1.1 handshake failed")
+                .with_endpoint(addr)
+                .with_source(e)
+        })?;
+    let name = upstream.to_string();
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(upstream = %name, endpoint = %addr, error = %e, "upstream HTTP/1.1 connection ended");
+        }
+    });
+    Ok(sender)
+}
