@@ -118,3 +118,42 @@ impl InferResponse {
         self.outputs.iter().find(|o| o.name == name)
     }
 }
+
+/// Parses a model version as it arrives in a URL or a gRPC field: empty means "the server's choice";
+/// otherwise a non-negative integer, as Triton requires.
+pub fn parse_model_version(version: &str) -> Result<Option<u64>, crate::ServeError> {
+    if version.is_empty() {
+        return Ok(None);
+    }
+    version.parse::<u64>().map(Some).map_err(|_| {
+        crate::ServeError::invalid_argument(format!(
+            "failed to get model version from specified version string '{version}': versions are \
+             non-negative integers (e.g. '1')"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_numeric_or_empty() {
+        assert_eq!(parse_model_version("").unwrap(), None);
+        assert_eq!(parse_model_version("3").unwrap(), Some(3));
+        let e = parse_model_version("latest").unwrap_err();
+        assert!(e.message.contains("'latest'"));
+        assert!(parse_model_version("-1").is_err());
+    }
+
+    #[test]
+    fn json_parameters_pick_the_narrowest_variant() {
+        let p: Parameters =
+            serde_json::from_str(r#"{"a":true,"b":-3,"c":18446744073709551615,"d":0.5,"e":"s"}"#).unwrap();
+        assert_eq!(p["a"], Parameter::Bool(true));
+        assert_eq!(p["b"], Parameter::Int64(-3));
+        assert_eq!(p["c"], Parameter::Uint64(u64::MAX));
+        assert_eq!(p["d"], Parameter::Double(0.5));
+        assert_eq!(p["e"], Parameter::String("s".into()));
+    }
+}

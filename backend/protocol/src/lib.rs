@@ -10,6 +10,7 @@ mod error;
 mod infer;
 mod metadata;
 mod repository;
+pub mod rest;
 mod service;
 mod statistics;
 mod tensor;
@@ -18,6 +19,7 @@ pub use datatype::DataType;
 pub use error::{ErrorCode, ServeError};
 pub use infer::{
     InferInput, InferOutput, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
+    parse_model_version,
 };
 pub use metadata::{ModelMetadata, ServerMetadata, TensorMetadata};
 pub use repository::{LoadParameters, ModelState, RepositoryIndexEntry};
