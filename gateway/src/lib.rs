@@ -4,10 +4,19 @@
 //! `quota`, `retry`, …) are separate modules; `docs/gateway.md` is the operations guide.
 
 pub mod bridge;
+pub mod caller;
+pub mod canary;
 pub mod error;
+pub mod fault;
 pub mod headers;
 pub mod metrics;
+pub mod mirror;
 pub mod proxy;
+pub mod quota;
+pub mod retry;
+pub mod route;
+pub mod split;
+pub mod timeout;
 pub mod upstream;
 
 pub use proxy::{Body, BoxError};

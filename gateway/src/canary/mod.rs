@@ -1,0 +1,494 @@
+//! Automatic canary analysis: compare a route's canary destination with its baseline over a
+//! sliding window, roll the canary back when it is worse, and optionally promote it step by step
+//! while it is healthy.
+//!
+//! The state of one route lives in a [`CanaryState`], created by [`CanaryStore::attach`] when a
+//! config version is compiled and reused by later versions as long as the route's split and
+//! analysis settings are unchanged (a changed config starts a fresh analysis: that is how an
+//! operator clears a rollback). The pipeline calls [`CanaryState::weights`] before splitting and
+//! [`CanaryState::record`] when a response ends; evaluation runs inline, at most once per window
+//! slot, on whichever request crosses the slot boundary, so no background task is needed.
+//!
+//! A rollback is exposed three ways: [`CanaryState::report`] (serialised by the admin `/canary`
+//! endpoint), the metrics `infergate_gateway_canary_phase{route}` /
+//! `infergate_gateway_canary_rollbacks_total{route}` / `infergate_gateway_canary_weight{route,destination}`,
+//! and a WARN log line with both sides' numbers.
+
+pub mod window;
+
+use std::collections::HashMap;
+use std::hash::Hasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use tokio::time::Instant;
+
+pub use window::{WindowStats, WindowSummary};
+
+use crate::route::RouteKey;
+
+/// Analysis settings of one route, in typed units.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryPolicy {
+    /// Index of the canary among the route's destinations; all others form the baseline.
+    pub canary: usize,
+    /// Sliding window length.
+    pub window: Duration,
+    /// Both sides need at least this many requests in the window before any decision.
+    pub min_requests: u64,
+    /// Roll back when `canary error rate - baseline error rate` exceeds this (0.05 = 5 points).
+    pub max_error_rate_increase: Option<f64>,
+    /// Roll back when `canary p99 > baseline p99 × this` (e.g. 1.5).
+    pub max_p99_ratio: Option<f64>,
+    /// Latency differences below this never trigger a p99 rollback (noise floor).
+    pub p99_slack: Duration,
+    /// Progressive promotion, if any.
+    pub promotion: Option<Promotion>,
+}
+
+/// Progressive promotion: raise the canary's share by `step_percent` every `interval` while it is
+/// healthy, up to `max_percent`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Promotion {
+    /// Percentage points added per step.
+    pub step_percent: u32,
+    /// Time between steps.
+    pub interval: Duration,
+    /// Final share of the canary in percent (100 = full promotion).
+    pub max_percent: u32,
+}
+
+impl Default for CanaryPolicy {
+    fn default() -> Self {
+        Self {
+            canary: 1,
+            window: Duration::from_secs(60),
+            min_requests: 50,
+            max_error_rate_increase: Some(0.05),
+            max_p99_ratio: Some(1.5),
+            p99_slack: Duration::from_millis(5),
+            promotion: None,
+        }
+    }
+}
+
+/// Where the analysis of a route stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Watching; configured weights apply.
+    Observing,
+    /// Healthy and being stepped up.
+    Promoting,
+    /// Reached its final share.
+    Promoted,
+    /// Worse than the baseline: the canary gets no traffic until the config changes.
+    RolledBack,
+}
+
+impl Phase {
+    fn gauge(self) -> f64 {
+        match self {
+            Phase::Observing => 0.0,
+            Phase::Promoting => 1.0,
+            Phase::Promoted => 2.0,
+            Phase::RolledBack => 3.0,
+        }
+    }
+}
+
+/// The decision that put the route in its current phase.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Decision {
+    /// What happened and why, with the numbers.
+    pub reason: String,
+    /// Wall-clock time of the decision, ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// Baseline numbers at the time.
+    pub baseline: WindowSummary,
+    /// Canary numbers at the time.
+    pub canary: WindowSummary,
+}
+
+/// What the admin `/canary` endpoint shows for one route.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CanaryReport {
+    /// Route name.
+    pub route: String,
+    /// The canary destination's name.
+    pub canary_destination: String,
+    /// Current phase.
+    pub phase: Phase,
+    /// Weights in force, in destination order.
+    pub weights: Vec<u32>,
+    /// Weights as configured.
+    pub configured_weights: Vec<u32>,
+    /// Baseline over the current window.
+    pub baseline: WindowSummary,
+    /// Canary over the current window.
+    pub canary: WindowSummary,
+    /// The last decision, if any.
+    pub last_decision: Option<Decision>,
+}
+
+struct Inner {
+    phase: Phase,
+    canary_percent: f64,
+    last_step: Instant,
+    decision: Option<Decision>,
+}
+
+/// Live analysis state of one route. Shared (`Arc`) by every config version with the same
+/// settings.
+pub struct CanaryState {
+    route: Arc<str>,
+    destinations: Vec<Arc<str>>,
+    configured: Vec<u32>,
+    policy: CanaryPolicy,
+    baseline: WindowStats,
+    canary: WindowStats,
+    weights: ArcSwap<Vec<u32>>,
+    epoch: Instant,
+    next_eval_ns: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for CanaryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CanaryState")
+            .field("route", &self.route)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+const SLOTS: usize = 10;
+
+impl CanaryState {
+    /// Fresh state for a route with these destination names and configured weights.
+    pub fn new(
+        route: &str,
+        destinations: Vec<Arc<str>>,
+        configured: Vec<u32>,
+        policy: CanaryPolicy,
+        now: Instant,
+    ) -> Self {
+        let total: u64 = configured.iter().map(|&w| u64::from(w)).sum();
+        let cw = configured.get(policy.canary).copied().unwrap_or(0);
+        let canary_percent = if total == 0 {
+            0.0
+        } else {
+            100.0 * f64::from(cw) / total as f64
+        };
+        let phase = if policy.promotion.is_some() {
+            Phase::Promoting
+        } else {
+            Phase::Observing
+        };
+        let s = Self {
+            route: route.into(),
+            baseline: WindowStats::new(policy.window, SLOTS, true),
+            canary: WindowStats::new(policy.window, SLOTS, true),
+            weights: ArcSwap::from_pointee(configured.clone()),
+            destinations,
+            configured,
+            epoch: now,
+            next_eval_ns: AtomicU64::new(0),
+            inner: Mutex::new(Inner {
+                phase,
+                canary_percent,
+                last_step: now,
+                decision: None,
+            }),
+            policy,
+        };
+        s.publish(phase);
+        s
+    }
+
+    /// The weights to split with now (configured, promoted, or rolled back).
+    pub fn weights(&self) -> arc_swap::Guard<Arc<Vec<u32>>> {
+        self.weights.load()
+    }
+
+    /// The settings.
+    pub fn policy(&self) -> &CanaryPolicy {
+        &self.policy
+    }
+
+    /// Records one finished request to destination `dest` and evaluates when a window slot has
+    /// passed since the last evaluation. `error`: see [`is_error`].
+    pub fn record(&self, dest: usize, error: bool, latency: Duration, now: Instant) {
+        let now_ns = self.ns(now);
+        let side = if dest == self.policy.canary {
+            &self.canary
+        } else {
+            &self.baseline
+        };
+        side.record(now_ns, error, latency);
+        let next = self.next_eval_ns.load(Ordering::Relaxed);
+        if now_ns >= next {
+            let step = u64::try_from(self.canary.slot_width().as_nanos()).unwrap_or(u64::MAX);
+            if self
+                .next_eval_ns
+                .compare_exchange(
+                    next,
+                    now_ns.saturating_add(step),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                self.evaluate(now);
+            }
+        }
+    }
+
+    /// Evaluates the window now: rollback when a threshold is crossed, a promotion step when due.
+    /// Called by [`CanaryState::record`]; callable from a timer as well.
+    pub fn evaluate(&self, now: Instant) {
+        let now_ns = self.ns(now);
+        let base = self.baseline.summary(now_ns);
+        let can = self.canary.summary(now_ns);
+        let mut inner = match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if inner.phase == Phase::RolledBack {
+            return;
+        }
+        let enough = base.requests >= self.policy.min_requests && can.requests >= self.policy.min_requests;
+        if !enough {
+            return;
+        }
+        let mut failed = None;
+        if let Some(max) = self.policy.max_error_rate_increase
+            && can.error_rate - base.error_rate > max
+        {
+            failed = Some(format!(
+                "canary error rate {:.2}% exceeds baseline {:.2}% by more than {:.2} points",
+                can.error_rate * 100.0,
+                base.error_rate * 100.0,
+                max * 100.0
+            ));
+        }
+        if failed.is_none()
+            && let Some(ratio) = self.policy.max_p99_ratio
+        {
+            let slack_ms = self.policy.p99_slack.as_secs_f64() * 1000.0;
+            if can.p99_ms > base.p99_ms * ratio && can.p99_ms - base.p99_ms > slack_ms {
+                failed = Some(format!(
+                    "canary p99 {:.1} ms exceeds {ratio} x baseline p99 {:.1} ms",
+                    can.p99_ms, base.p99_ms
+                ));
+            }
+        }
+        if let Some(reason) = failed {
+            let mut w = self.configured.clone();
+            if let Some(c) = w.get_mut(self.policy.canary) {
+                *c = 0;
+            }
+            if w.iter().all(|&x| x == 0) {
+                // The canary had all the traffic: send it back to the other destinations equally.
+                for (i, x) in w.iter_mut().enumerate() {
+                    *x = u32::from(i != self.policy.canary);
+                }
+            }
+            self.weights.store(Arc::new(w));
+            tracing::warn!(
+                route = %self.route,
+                canary = %self.destinations.get(self.policy.canary).map_or("?", |d| d),
+                baseline_requests = base.requests,
+                baseline_error_rate = base.error_rate,
+                baseline_p99_ms = base.p99_ms,
+                canary_requests = can.requests,
+                canary_error_rate = can.error_rate,
+                canary_p99_ms = can.p99_ms,
+                "canary rolled back: {reason}"
+            );
+            metrics::counter!("infergate_gateway_canary_rollbacks_total", "route" => self.route.to_string())
+                .increment(1);
+            inner.phase = Phase::RolledBack;
+            inner.decision = Some(Decision {
+                reason: format!("rolled back: {reason}"),
+                at_unix_ms: unix_ms(),
+                baseline: base,
+                canary: can,
+            });
+            drop(inner);
+            self.publish(Phase::RolledBack);
+            return;
+        }
+        if let (Phase::Promoting, Some(p)) = (inner.phase, self.policy.promotion)
+            && now.saturating_duration_since(inner.last_step) >= p.interval
+        {
+            let target = f64::from(p.max_percent.min(100));
+            inner.canary_percent = (inner.canary_percent + f64::from(p.step_percent)).min(target);
+            inner.last_step = now;
+            let w = self.weights_for(inner.canary_percent);
+            self.weights.store(Arc::new(w));
+            let done = inner.canary_percent >= target;
+            inner.phase = if done { Phase::Promoted } else { Phase::Promoting };
+            let reason = format!("promoted: canary share now {:.0}%", inner.canary_percent);
+            tracing::info!(route = %self.route, canary_percent = inner.canary_percent, canary_error_rate = can.error_rate, canary_p99_ms = can.p99_ms, baseline_error_rate = base.error_rate, baseline_p99_ms = base.p99_ms, "canary {reason}");
+            inner.decision = Some(Decision {
+                reason,
+                at_unix_ms: unix_ms(),
+                baseline: base,
+                canary: can,
+            });
+            let phase = inner.phase;
+            drop(inner);
+            self.publish(phase);
+        }
+    }
+
+    /// Weights (in hundredths of a percent) giving the canary `percent` and sharing the rest among
+    /// the baseline destinations in their configured proportions.
+    fn weights_for(&self, percent: f64) -> Vec<u32> {
+        let base_total: u64 = self
+            .configured
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != self.policy.canary)
+            .map(|(_, &w)| u64::from(w))
+            .sum();
+        let others = self.configured.len().saturating_sub(1).max(1) as f64;
+        let rest = (100.0 - percent) * 100.0;
+        self.configured
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                if i == self.policy.canary {
+                    (percent * 100.0).round() as u32
+                } else if base_total == 0 {
+                    (rest / others).round() as u32
+                } else {
+                    (rest * f64::from(w) / base_total as f64).round() as u32
+                }
+            })
+            .collect()
+    }
+
+    /// The state for the admin API.
+    pub fn report(&self, now: Instant) -> CanaryReport {
+        let now_ns = self.ns(now);
+        let inner = match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        CanaryReport {
+            route: self.route.to_string(),
+            canary_destination: self
+                .destinations
+                .get(self.policy.canary)
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
+            phase: inner.phase,
+            weights: self.weights.load().to_vec(),
+            configured_weights: self.configured.clone(),
+            baseline: self.baseline.summary(now_ns),
+            canary: self.canary.summary(now_ns),
+            last_decision: inner.decision.clone(),
+        }
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        self.inner
+            .lock()
+            .map_or_else(|p| p.into_inner().phase, |g| g.phase)
+    }
+
+    fn publish(&self, phase: Phase) {
+        let route = self.route.to_string();
+        metrics::gauge!("infergate_gateway_canary_phase", "route" => route.clone()).set(phase.gauge());
+        for (d, w) in self.destinations.iter().zip(self.weights.load().iter()) {
+            metrics::gauge!("infergate_gateway_canary_weight", "route" => route.clone(), "destination" => d.to_string())
+                .set(f64::from(*w));
+        }
+    }
+
+    fn ns(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether a finished request counts as a failure for canary analysis: an upstream failure (no
+/// response), an HTTP 5xx, or a gRPC status that means the server failed (UNKNOWN, DEADLINE_EXCEEDED,
+/// RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE, DATA_LOSS). Client errors (4xx, INVALID_ARGUMENT,
+/// NOT_FOUND) are the caller's fault and do not count.
+pub fn is_error(status: Option<http::StatusCode>, grpc_status: Option<u32>) -> bool {
+    match status {
+        None => true,
+        Some(s) if s.is_server_error() => true,
+        _ => matches!(grpc_status, Some(2 | 4 | 8 | 13 | 14 | 15)),
+    }
+}
+
+/// Long-lived registry of canary states, one per route with analysis; keep it across reloads.
+#[derive(Debug, Default)]
+pub struct CanaryStore {
+    states: Mutex<HashMap<RouteKey, (u64, Arc<CanaryState>)>>,
+}
+
+impl CanaryStore {
+    /// The state for a route: the existing one when its destinations, weights and policy are
+    /// unchanged since the last config version, else a fresh one.
+    pub fn attach(
+        &self,
+        route: &str,
+        destinations: &[(Arc<str>, u32)],
+        policy: &CanaryPolicy,
+        now: Instant,
+    ) -> Arc<CanaryState> {
+        let mut h = crate::caller::StableHasher::default();
+        h.write(format!("{destinations:?}{policy:?}").as_bytes());
+        let fp = h.finish();
+        let key = RouteKey::of(route);
+        let mut states = match self.states.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if let Some((old_fp, state)) = states.get(&key)
+            && *old_fp == fp
+        {
+            return state.clone();
+        }
+        let state = Arc::new(CanaryState::new(
+            route,
+            destinations.iter().map(|(n, _)| n.clone()).collect(),
+            destinations.iter().map(|(_, w)| *w).collect(),
+            policy.clone(),
+            now,
+        ));
+        states.insert(key, (fp, state.clone()));
+        state
+    }
+
+    /// Forgets routes not in `keep` (called after compiling a config version).
+    pub fn retain(&self, keep: &[RouteKey]) {
+        if let Ok(mut s) = self.states.lock() {
+            s.retain(|k, _| keep.contains(k));
+        }
+    }
+
+    /// Reports for every route under analysis, sorted by route name (the admin `/canary` body).
+    pub fn reports(&self, now: Instant) -> Vec<CanaryReport> {
+        let states: Vec<Arc<CanaryState>> = match self.states.lock() {
+            Ok(g) => g.values().map(|(_, s)| s.clone()).collect(),
+            Err(p) => p.into_inner().values().map(|(_, s)| s.clone()).collect(),
+        };
+        let mut out: Vec<CanaryReport> = states.iter().map(|s| s.report(now)).collect();
+        out.sort_by(|a, b| a.route.cmp(&b.route));
+        out
+    }
+}

@@ -1,0 +1,422 @@
+//! The retry loop, as a function ([`send`]) and as a tower layer ([`RetryLayer`]).
+//!
+//! The loop is written out explicitly rather than with `tower::retry::Retry` because the decision
+//! needs more than a `Policy` sees: the overall deadline shared by tries and back-off, rewriting
+//! `grpc-timeout` per try, reading gRPC trailers from a bounded response buffer, and a budget on
+//! tokio's clock. The layer wraps the same loop so it still composes in a tower stack.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{HeaderMap, Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+
+use super::{RetryBudget, RetryPolicy, UpstreamError, UpstreamFailure, grpc_status};
+use crate::retry::replay::ReplayBody;
+use crate::timeout::{GRPC_TIMEOUT, TimeoutPolicy, format_grpc_timeout};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the retry loop did, inserted into the response's extensions (and carried by errors) for
+/// access logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetryInfo {
+    /// Tries made (1 = no retry).
+    pub tries: u32,
+    /// Why the last retry was made, if any (`5xx`, `gateway-error`, `connect-failure`,
+    /// `refused-stream`, `reset`, `per-try-timeout`, `status`, `grpc-status`, `retriable-4xx`).
+    pub last_reason: Option<&'static str>,
+    /// Whether a retry was wanted but the budget refused it.
+    pub budget_exhausted: bool,
+}
+
+/// Why the retry loop produced no response. Map to HTTP 504 / gRPC DEADLINE_EXCEEDED for the two
+/// timeouts; for `Upstream`, by the upstream failure; for `ResponseBody`, 502 / UNAVAILABLE.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError<E> {
+    /// The overall deadline (route timeout or caller's `grpc-timeout`) passed.
+    #[error("upstream did not answer within the request deadline ({} tries)", .info.tries)]
+    DeadlineExceeded {
+        /// What the loop did.
+        info: RetryInfo,
+    },
+    /// The last try hit the per-try timeout and no retry was possible.
+    #[error("upstream did not answer within the per-try timeout of {timeout:?} ({} tries)", .info.tries)]
+    PerTryTimeout {
+        /// The per-try limit.
+        timeout: Duration,
+        /// What the loop did.
+        info: RetryInfo,
+    },
+    /// The last try failed without a response.
+    #[error("upstream request failed ({} tries): {source}", .info.tries)]
+    Upstream {
+        /// The upstream error.
+        #[source]
+        source: E,
+        /// What the loop did.
+        info: RetryInfo,
+    },
+    /// Reading a gRPC response (to find its trailers) failed.
+    #[error("upstream response body failed ({} tries): {source}", .info.tries)]
+    ResponseBody {
+        /// The body error.
+        #[source]
+        source: BoxError,
+        /// What the loop did.
+        info: RetryInfo,
+    },
+}
+
+impl<E> RetryError<E> {
+    /// What the loop did.
+    pub fn info(&self) -> RetryInfo {
+        match self {
+            RetryError::DeadlineExceeded { info }
+            | RetryError::PerTryTimeout { info, .. }
+            | RetryError::Upstream { info, .. }
+            | RetryError::ResponseBody { info, .. } => *info,
+        }
+    }
+
+    /// Whether this is a timeout (504 / DEADLINE_EXCEEDED).
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            RetryError::DeadlineExceeded { .. } | RetryError::PerTryTimeout { .. }
+        )
+    }
+}
+
+/// A response body: the upstream's stream, or frames buffered while looking for gRPC trailers
+/// followed by the rest of the stream.
+#[derive(Debug)]
+pub enum RetryBody<B> {
+    /// Passed through untouched.
+    Stream(B),
+    /// Buffered frames, then (when the buffer limit was reached) the rest.
+    Buffered {
+        /// Frames read so far (data and possibly trailers).
+        frames: VecDeque<Frame<Bytes>>,
+        /// The unread remainder.
+        rest: Option<B>,
+    },
+}
+
+impl<B> Body for RetryBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.get_mut() {
+            RetryBody::Stream(b) => Pin::new(b).poll_frame(cx),
+            RetryBody::Buffered { frames, rest } => {
+                if let Some(f) = frames.pop_front() {
+                    return Poll::Ready(Some(Ok(f)));
+                }
+                match rest {
+                    Some(b) => Pin::new(b).poll_frame(cx),
+                    None => Poll::Ready(None),
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RetryBody::Stream(b) => b.is_end_stream(),
+            RetryBody::Buffered { frames, rest } => {
+                frames.is_empty() && rest.as_ref().is_none_or(Body::is_end_stream)
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RetryBody::Stream(b) => b.size_hint(),
+            RetryBody::Buffered { .. } => SizeHint::default(),
+        }
+    }
+}
+
+enum Outcome<R, E> {
+    Response(Response<RetryBody<R>>),
+    Failed(E),
+    BodyFailed(BoxError),
+    PerTryTimeout(Duration),
+    Deadline,
+}
+
+/// Sends `req` through `svc`, retrying under `policy`, within `deadline` (see
+/// [`TimeoutPolicy::deadline`]). The request body is replayed only when it was fully buffered
+/// ([`ReplayBody::Full`]). `route` labels the metrics `infergate_gateway_retries_total{route,reason}`
+/// and `infergate_gateway_retry_budget_exhausted_total{route}`.
+///
+/// gRPC requests (`content-type: application/grpc*`) get `grpc-timeout` set on each try to the time
+/// left (the lesser of the deadline and the per-try timeout). When the policy retries on gRPC codes
+/// and a gRPC response carries no `grpc-status` in its headers, up to `max_replay_bytes` of the
+/// response are read to find its trailers; a larger response is passed on without a retry decision.
+pub async fn send<S, B, R>(
+    mut svc: S,
+    req: Request<ReplayBody<B>>,
+    policy: &RetryPolicy,
+    budget: &RetryBudget,
+    deadline: Option<Instant>,
+    route: &str,
+) -> Result<Response<RetryBody<R>>, RetryError<S::Error>>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<R>>,
+    S::Error: UpstreamError,
+    B: Body<Data = Bytes> + Unpin,
+    R: Body<Data = Bytes> + Unpin,
+    R::Error: Into<BoxError>,
+{
+    budget.deposit(Instant::now());
+    let (parts, body) = req.into_parts();
+    let is_grpc = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    let replayable = body.is_replayable();
+    let mut original = Some(body);
+    let mut info = RetryInfo::default();
+    loop {
+        info.tries += 1;
+        let now = Instant::now();
+        let remaining = deadline.map(|d| d.saturating_duration_since(now));
+        if remaining == Some(Duration::ZERO) {
+            return Err(RetryError::DeadlineExceeded { info });
+        }
+        let (try_limit, limited_by_deadline) = match (policy.per_try_timeout, remaining) {
+            (Some(p), Some(r)) if r <= p => (Some(r), true),
+            (Some(p), _) => (Some(p), false),
+            (None, r) => (r, r.is_some()),
+        };
+        let body = if replayable {
+            original.as_ref().and_then(ReplayBody::try_clone)
+        } else {
+            original.take()
+        };
+        let Some(body) = body else {
+            // Unreachable by construction: a non-replayable body is never retried.
+            return Err(RetryError::DeadlineExceeded { info });
+        };
+        let mut req = Request::new(body);
+        *req.method_mut() = parts.method.clone();
+        *req.uri_mut() = parts.uri.clone();
+        *req.version_mut() = parts.version;
+        *req.headers_mut() = parts.headers.clone();
+        *req.extensions_mut() = parts.extensions.clone();
+        if is_grpc && let Some(t) = try_limit {
+            req.headers_mut().insert(GRPC_TIMEOUT, format_grpc_timeout(t));
+        }
+        let can_retry = replayable && info.tries < policy.attempts && !policy.retry_on.is_empty();
+
+        let call = async {
+            svc.ready().await?;
+            svc.call(req).await
+        };
+        let result = match try_limit {
+            Some(t) => tokio::time::timeout(t, call).await.ok(),
+            None => Some(call.await),
+        };
+        let (reason, outcome): (Option<&'static str>, Outcome<R, S::Error>) = match result {
+            None if limited_by_deadline => (None, Outcome::Deadline),
+            None => (
+                policy.retry_on.per_try_timeout(),
+                Outcome::PerTryTimeout(try_limit.unwrap_or_default()),
+            ),
+            Some(Err(e)) => {
+                let f = e.failure();
+                (policy.retry_on.failure(f), Outcome::Failed(e))
+            }
+            Some(Ok(resp)) => {
+                let mut reason = policy.retry_on.status(resp.status());
+                if reason.is_none() && is_grpc {
+                    reason = policy.retry_on.grpc_headers(resp.headers());
+                }
+                if reason.is_none()
+                    && is_grpc
+                    && can_retry
+                    && policy.retry_on.has_grpc_codes()
+                    && grpc_status(resp.headers()).is_none()
+                {
+                    read_trailers(resp, policy, deadline).await
+                } else {
+                    (reason, Outcome::Response(resp.map(RetryBody::Stream)))
+                }
+            }
+        };
+        if let Some(reason) = reason
+            && can_retry
+        {
+            if budget.try_withdraw(Instant::now()) {
+                let delay = policy.backoff.delay(info.tries - 1, rand::random());
+                let fits = deadline.is_none_or(|d| Instant::now() + delay < d);
+                if fits {
+                    info.last_reason = Some(reason);
+                    metrics::counter!("infergate_gateway_retries_total", "route" => route.to_string(), "reason" => reason)
+                        .increment(1);
+                    tracing::debug!(route, reason, try_no = info.tries, ?delay, "retrying");
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+            } else {
+                info.budget_exhausted = true;
+                metrics::counter!("infergate_gateway_retry_budget_exhausted_total", "route" => route.to_string()).increment(1);
+            }
+        }
+        return match outcome {
+            Outcome::Response(mut resp) => {
+                resp.extensions_mut().insert(info);
+                Ok(resp)
+            }
+            Outcome::Failed(source) => Err(RetryError::Upstream { source, info }),
+            Outcome::BodyFailed(source) => Err(RetryError::ResponseBody { source, info }),
+            Outcome::PerTryTimeout(timeout) => Err(RetryError::PerTryTimeout { timeout, info }),
+            Outcome::Deadline => Err(RetryError::DeadlineExceeded { info }),
+        };
+    }
+}
+
+/// Buffers a gRPC response (up to the replay limit, within the deadline) to read `grpc-status`
+/// from its trailers.
+async fn read_trailers<R, E>(
+    resp: Response<R>,
+    policy: &RetryPolicy,
+    deadline: Option<Instant>,
+) -> (Option<&'static str>, Outcome<R, E>)
+where
+    R: Body<Data = Bytes> + Unpin,
+    R::Error: Into<BoxError>,
+{
+    let (parts, mut body) = resp.into_parts();
+    let mut frames = VecDeque::new();
+    let mut len = 0usize;
+    let read = async {
+        loop {
+            match body.frame().await {
+                None => return Ok::<_, BoxError>((None::<HeaderMap>, true)),
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(frame)) => {
+                    if let Some(t) = frame.trailers_ref() {
+                        let t = t.clone();
+                        frames.push_back(frame);
+                        return Ok((Some(t), true));
+                    }
+                    len += frame.data_ref().map_or(0, Bytes::len);
+                    frames.push_back(frame);
+                    if len > policy.max_replay_bytes {
+                        return Ok((None, false));
+                    }
+                }
+            }
+        }
+    };
+    let result = match deadline {
+        Some(d) => tokio::time::timeout_at(d, read).await.ok(),
+        None => Some(read.await),
+    };
+    match result {
+        None => (None, Outcome::Deadline),
+        Some(Err(e)) => (
+            policy.retry_on.failure(UpstreamFailure::Reset),
+            Outcome::BodyFailed(e),
+        ),
+        Some(Ok((trailers, ended))) => {
+            let reason = trailers.as_ref().and_then(|t| policy.retry_on.grpc_headers(t));
+            let rest = if ended { None } else { Some(body) };
+            (
+                reason,
+                Outcome::Response(Response::from_parts(parts, RetryBody::Buffered { frames, rest })),
+            )
+        }
+    }
+}
+
+/// Tower layer running [`send`] with one route's policy, budget and timeout.
+#[derive(Debug, Clone)]
+pub struct RetryLayer {
+    policy: Arc<RetryPolicy>,
+    budget: Arc<RetryBudget>,
+    timeout: TimeoutPolicy,
+    route: Arc<str>,
+}
+
+impl RetryLayer {
+    /// A layer for `route`.
+    pub fn new(
+        route: Arc<str>,
+        policy: Arc<RetryPolicy>,
+        budget: Arc<RetryBudget>,
+        timeout: TimeoutPolicy,
+    ) -> Self {
+        Self {
+            policy,
+            budget,
+            timeout,
+            route,
+        }
+    }
+}
+
+impl<S> Layer<S> for RetryLayer {
+    type Service = Retry<S>;
+
+    fn layer(&self, inner: S) -> Retry<S> {
+        Retry {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service made by [`RetryLayer`]. Its deadline is computed when `call` is made, from the
+/// route timeout and the request's `grpc-timeout`.
+#[derive(Debug, Clone)]
+pub struct Retry<S> {
+    inner: S,
+    layer: RetryLayer,
+}
+
+impl<S, B, R> Service<Request<ReplayBody<B>>> for Retry<S>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<R>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: UpstreamError,
+    B: Body<Data = Bytes> + Unpin + Send + 'static,
+    R: Body<Data = Bytes> + Unpin + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    type Response = Response<RetryBody<R>>;
+    type Error = RetryError<S::Error>;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness of the inner service is awaited per try inside the loop.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<ReplayBody<B>>) -> Self::Future {
+        let inner = self.inner.clone();
+        let l = self.layer.clone();
+        Box::pin(async move {
+            let deadline = l.timeout.deadline(req.headers(), Instant::now());
+            send(inner, req, &l.policy, &l.budget, deadline, &l.route).await
+        })
+    }
+}

@@ -1,0 +1,86 @@
+//! The KServe V2 model reference carried by a REST path: `/v2/models/{name}[/versions/{v}][/...]`.
+
+/// A model named by a request: REST path or gRPC `ModelInferRequest` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelRef<'a> {
+    /// The model name.
+    pub name: &'a str,
+    /// The version, when the request names one.
+    pub version: Option<&'a str>,
+}
+
+/// The parts of a REST model path, as byte offsets into the path, so that a rewrite can splice in
+/// a version without re-parsing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestModelPath<'a> {
+    /// Name and version.
+    pub model: ModelRef<'a>,
+    /// Offset just past the name (where `/versions/..` or the rest of the path begins).
+    pub after_name: usize,
+    /// Offset just past the version segment (equal to `after_name` when there is none).
+    pub after_version: usize,
+}
+
+const PREFIX: &str = "/v2/models/";
+
+/// Parses `/v2/models/{name}[/versions/{v}][/rest]` (query string allowed after it). Returns `None`
+/// for other paths, for `/v2/models/stats` (the all-models statistics call) and for empty names.
+pub fn parse_rest_model_path(path: &str) -> Option<RestModelPath<'_>> {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let rest = path.strip_prefix(PREFIX)?;
+    let name_len = rest.find('/').unwrap_or(rest.len());
+    let name = &rest[..name_len];
+    if name.is_empty() || (name == "stats" && name_len == rest.len()) {
+        return None;
+    }
+    let after_name = PREFIX.len() + name_len;
+    let tail = &path[after_name..];
+    let mut version = None;
+    let mut after_version = after_name;
+    if let Some(v) = tail.strip_prefix("/versions/") {
+        let v_len = v.find('/').unwrap_or(v.len());
+        if v_len > 0 {
+            version = Some(&v[..v_len]);
+            after_version = after_name + "/versions/".len() + v_len;
+        }
+    }
+    Some(RestModelPath {
+        model: ModelRef { name, version },
+        after_name,
+        after_version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_model_paths_and_ignores_others() {
+        let p = parse_rest_model_path("/v2/models/resnet/versions/3/infer?x=1").unwrap();
+        assert_eq!(
+            p.model,
+            ModelRef {
+                name: "resnet",
+                version: Some("3")
+            }
+        );
+        assert_eq!(p.after_name, "/v2/models/resnet".len());
+        assert_eq!(p.after_version, "/v2/models/resnet/versions/3".len());
+        let p = parse_rest_model_path("/v2/models/resnet/infer").unwrap();
+        assert_eq!(
+            p.model,
+            ModelRef {
+                name: "resnet",
+                version: None
+            }
+        );
+        assert_eq!(
+            parse_rest_model_path("/v2/models/bert").unwrap().model.name,
+            "bert"
+        );
+        assert_eq!(parse_rest_model_path("/v2/models/stats"), None);
+        assert_eq!(parse_rest_model_path("/v2/models/"), None);
+        assert_eq!(parse_rest_model_path("/v2/health/ready"), None);
+    }
+}
