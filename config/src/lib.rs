@@ -1,1 +1,36 @@
 //! Typed routing rules and Triton model configs for infergate: parsing, validation with file:line:column errors, and hot reload.
+//!
+//! - [`parse_gateway_config`]: the gateway's routes YAML into [`GatewayConfig`] (restart-only [`Listeners`]
+//!   and hot [`RoutingRules`]).
+//! - Every parse function returns [`Diagnostics`]: all problems found, each `file:line:column: message`.
+
+mod diagnostic;
+mod node;
+pub mod routes;
+pub mod units;
+mod yaml;
+
+use std::path::Path;
+
+pub use diagnostic::{Diagnostic, Diagnostics, Pos, Severity};
+pub use node::SpanIndex;
+pub use routes::{
+    AdminListener, Backoff, CallerIdentity, CallerOverride, Callers, CanaryAnalysis, ConnectionLimits,
+    DataListener, Destination, Endpoint, FaultAbort, FaultDelay, FaultInjection, GatewayConfig, GrpcCode,
+    HeaderMatch, Listeners, Mirror, OutlierDetection, Promotion, Quota, RetryBudget, RetryOn, RetryPolicy,
+    Route, RouteMatch, RoutingRules, ServerTls, Unidentified, Upstream, UpstreamProtocol, UpstreamTls,
+    load_gateway_config, parse_gateway_config,
+};
+pub use units::{ByteSize, Rate};
+
+/// Config files larger than this are refused before parsing (1 MiB).
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+pub(crate) fn too_large(file: &Path, size: u64) -> Diagnostic {
+    Diagnostic::error(
+        file,
+        Pos::default(),
+        format!("the file is {size} bytes, over the {MAX_CONFIG_BYTES}-byte limit for config files"),
+    )
+    .with_hint("a config this large is almost certainly not the intended file")
+}
