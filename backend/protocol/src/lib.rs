@@ -7,6 +7,7 @@
 
 mod datatype;
 mod error;
+pub mod grpc;
 mod infer;
 mod metadata;
 mod repository;

@@ -8,6 +8,7 @@ mod request;
 mod response;
 
 pub use compression::{ContentEncoding, compress, decompress, request_encoding, response_encoding};
+pub(crate) use repository::check_files as check_load_files;
 pub use repository::{decode_index_request, decode_load_request, decode_unload_request};
 pub use request::{DecodedInfer, decode_infer_request, raw_infer_request};
 pub use response::{EncodedInferResponse, OutputFormat, encode_infer_response};
