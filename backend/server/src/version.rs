@@ -1,0 +1,624 @@
+//! One loaded model version: its instances behind a batcher, its statistics, and the request path
+//! (check the request against the config, batch, execute, answer).
+//!
+//! A `LoadedVersion` is shared as `Arc<LoadedVersion>`: a request holds one for its whole life, so a
+//! version removed from the serving set keeps answering the requests it already took and frees its
+//! sessions (and GPU memory) when the last of them finishes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use infergate_engine::{AdapterChoice, Dim, ExecutorKind, Model, Session, SessionOptions, Signature, Tensor};
+use infergate_protocol::{
+    InferOutput, InferRequest, InferResponse, MemoryUsage, ModelMetadata, ServeError, TensorData,
+    TensorMetadata, shape_string, validate_tensor,
+};
+
+use crate::batcher::{Batcher, Rejected, SubmitError, SubmitOptions};
+use crate::convert::{engine_dtype, protocol_dtype};
+use crate::instance::{InferItem, Instance, engine_error};
+use crate::manifest::{self, ManifestOutcome};
+use crate::spec::{InstanceKind, IoSpec, ModelSpec};
+use crate::stats::{FailureReason, VersionStats};
+use crate::warmup;
+
+/// The model file Triton's ONNX backend looks for in a version folder.
+pub const DEFAULT_MODEL_FILENAME: &str = "model.onnx";
+
+/// How GPU instance groups behave on a machine without a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuFallback {
+    /// `KIND_GPU` fails to load when no wgpu adapter exists (the default: a config that asks for a GPU
+    /// should not silently run 10× slower).
+    #[default]
+    Fail,
+    /// `KIND_GPU` runs on the CPU executor when no wgpu adapter exists (`--gpu-fallback=cpu`).
+    Cpu,
+}
+
+/// Settings that apply to every load.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// What `KIND_GPU` does without an adapter.
+    pub gpu_fallback: GpuFallback,
+    /// Refuse versions without an integrity manifest.
+    pub require_manifest: bool,
+    /// CPU threads per CPU-executor session (`None` = the engine's default).
+    pub cpu_threads: Option<usize>,
+}
+
+/// A version that is loaded, warmed up and ready.
+pub struct LoadedVersion {
+    /// Model name.
+    pub name: String,
+    /// Version number.
+    pub version: u64,
+    /// The config in force.
+    pub spec: Arc<ModelSpec>,
+    /// The config as `/v2/models/{m}/config` returns it.
+    pub config_json: Arc<serde_json::Value>,
+    /// Counters.
+    pub stats: Arc<VersionStats>,
+    batcher: Batcher<Instance>,
+    input_names: Vec<String>,
+    output_names: Vec<String>,
+    device_memory: u64,
+    instance_kinds: Vec<&'static str>,
+    _files: Option<Arc<dyn Send + Sync>>,
+}
+
+/// A checked request: the batcher item, its rows, and the wanted outputs as (name, engine output index).
+type Prepared = (InferItem, usize, Vec<(String, usize)>);
+
+/// Drops with a failure count unless the request finished (the caller went away mid-request).
+struct CancelGuard<'a> {
+    stats: &'a VersionStats,
+    start: Instant,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stats
+                .record_failure(FailureReason::Canceled, self.start.elapsed());
+        }
+    }
+}
+
+impl LoadedVersion {
+    /// Loads version `version` of `spec` from `version_dir`: manifest, ONNX parse, signature check,
+    /// instances, warmup. The error names the step and the problem.
+    pub async fn load(
+        spec: Arc<ModelSpec>,
+        config_json: Arc<serde_json::Value>,
+        model_dir: &Path,
+        version: u64,
+        options: &LoadOptions,
+        files: Option<Arc<dyn Send + Sync>>,
+    ) -> Result<LoadedVersion, String> {
+        let started = Instant::now();
+        let name = spec.name.clone();
+        let version_dir = model_dir.join(version.to_string());
+        let model_path = version_dir.join(DEFAULT_MODEL_FILENAME);
+        let size = std::fs::metadata(&model_path)
+            .map_err(|e| {
+                format!(
+                    "cannot read {}: {e} (each version folder needs a {DEFAULT_MODEL_FILENAME})",
+                    model_path.display()
+                )
+            })?
+            .len();
+        tracing::info!(model = %name, version, bytes = size, "loading model version");
+
+        let dir = version_dir.clone();
+        let require = options.require_manifest;
+        let checked = tokio::task::spawn_blocking(move || manifest::verify(&dir))
+            .await
+            .map_err(|e| format!("manifest check stopped: {e}"))?
+            .map_err(|problems| format!("integrity manifest check failed: {}", problems.join("; ")))?;
+        match checked {
+            ManifestOutcome::Verified(n) => {
+                tracing::info!(model = %name, version, files = n, "integrity manifest verified")
+            }
+            ManifestOutcome::Absent if require => {
+                return Err(format!(
+                    "{} has no {} and --require-model-manifest is set",
+                    version_dir.display(),
+                    manifest::MANIFEST_FILE
+                ));
+            }
+            ManifestOutcome::Absent => {}
+        }
+
+        let path = model_path.clone();
+        let model = tokio::task::spawn_blocking(move || Model::load(&path))
+            .await
+            .map_err(|e| format!("model parse stopped: {e}"))?
+            .map_err(|e| format!("{}: {e}", model_path.display()))?;
+        tracing::info!(model = %name, version, ms = started.elapsed().as_millis() as u64, "model parsed and optimised");
+        check_signature(&spec, model.signature())?;
+        let model = Arc::new(model);
+        let input_names: Vec<String> = model.signature().inputs.iter().map(|s| s.name.clone()).collect();
+        let output_names: Vec<String> = model.signature().outputs.iter().map(|s| s.name.clone()).collect();
+
+        let stats = Arc::new(VersionStats::default());
+        let names: Arc<[String]> = input_names.clone().into();
+        let mut instances = Vec::new();
+        let mut instance_kinds = Vec::new();
+        let groups = if spec.instance_groups.is_empty() {
+            vec![crate::spec::InstanceGroup {
+                count: 1,
+                kind: InstanceKind::Auto,
+            }]
+        } else {
+            spec.instance_groups.clone()
+        };
+        for (g, group) in groups.iter().enumerate() {
+            for i in 0..group.count.max(1) {
+                let (session, kind) = new_session(model.clone(), group.kind, options)
+                    .await
+                    .map_err(|e| format!("instance_group[{g}] instance {i}: {e}"))?;
+                instances.push(Instance::new(
+                    Arc::new(session),
+                    names.clone(),
+                    spec.max_batch_size > 0,
+                    stats.clone(),
+                ));
+                instance_kinds.push(kind);
+            }
+        }
+
+        for sample in &spec.warmup {
+            let inputs = warmup::sample_inputs(&spec, sample, model_dir, &input_names)?;
+            for (i, instance) in instances.iter().enumerate() {
+                for _ in 0..sample.count.max(1) {
+                    instance.run_once(inputs.clone()).await.map_err(|e| {
+                        format!(
+                            "warmup sample '{}' failed on instance {i}: {}",
+                            sample.name, e.message
+                        )
+                    })?;
+                }
+            }
+            tracing::info!(model = %name, version, sample = %sample.name, "warmup done");
+        }
+
+        let device_memory = instances.iter().map(Instance::device_memory_bytes).sum();
+        let batcher = Batcher::new(spec.batcher.clone(), instances);
+        stats.set_load_duration(started.elapsed());
+        tracing::info!(
+            model = %name, version, ms = started.elapsed().as_millis() as u64, instances = instance_kinds.len(),
+            "model version ready"
+        );
+        Ok(LoadedVersion {
+            name,
+            version,
+            spec,
+            config_json,
+            stats,
+            batcher,
+            input_names,
+            output_names,
+            device_memory,
+            instance_kinds,
+            _files: files,
+        })
+    }
+
+    /// Requests queued (`nv_inference_pending_request_count`).
+    pub fn pending(&self) -> usize {
+        self.batcher.pending()
+    }
+
+    /// Device memory held by the instances.
+    pub fn device_memory_bytes(&self) -> u64 {
+        self.device_memory
+    }
+
+    /// Executor of each instance (`"CPU"` or `"GPU"`).
+    pub fn instance_kinds(&self) -> &[&'static str] {
+        &self.instance_kinds
+    }
+
+    /// The batcher's adaptive choice, when the adaptive mode is on.
+    pub fn adaptive(&self) -> Option<crate::batcher::AdaptiveSnapshot> {
+        self.batcher.adaptive_snapshot()
+    }
+
+    /// Memory usage as the statistics extension reports it.
+    pub fn memory_usage(&self) -> Vec<MemoryUsage> {
+        if self.device_memory == 0 {
+            return Vec::new();
+        }
+        vec![MemoryUsage {
+            kind: "GPU".into(),
+            id: 0,
+            byte_size: self.device_memory,
+        }]
+    }
+
+    /// Model metadata for this version.
+    pub fn metadata(&self, versions: Vec<String>) -> ModelMetadata {
+        let m = self.spec.max_batch_size;
+        let meta = |io: &IoSpec| TensorMetadata {
+            name: io.name.clone(),
+            datatype: io.datatype,
+            shape: io.metadata_shape(m),
+        };
+        ModelMetadata {
+            name: self.name.clone(),
+            versions,
+            platform: self.spec.platform.clone(),
+            inputs: self.spec.inputs.iter().map(meta).collect(),
+            outputs: self.spec.outputs.iter().map(meta).collect(),
+        }
+    }
+
+    /// Runs one request through the batcher. `start` is when the server received it.
+    pub async fn infer(&self, request: InferRequest, start: Instant) -> Result<InferResponse, ServeError> {
+        let mut guard = CancelGuard {
+            stats: &self.stats,
+            start,
+            armed: true,
+        };
+        let prepared = match self.prepare(&request) {
+            Ok(p) => p,
+            Err(e) => {
+                guard.armed = false;
+                self.stats.record_failure(FailureReason::Other, start.elapsed());
+                return Err(e);
+            }
+        };
+        let (item, rows, wanted) = prepared;
+        let options = SubmitOptions {
+            priority: u32::try_from(request.priority).unwrap_or(u32::MAX),
+            timeout: request.timeout,
+        };
+        let ticket = match self.batcher.submit(item, options) {
+            Ok(t) => t,
+            Err(e) => {
+                guard.armed = false;
+                let (reason, err) = match e {
+                    SubmitError::QueueFull => (
+                        FailureReason::Rejected,
+                        ServeError::unavailable(format!(
+                            "Exceeds maximum queue size: model '{}' version {} has {} requests waiting \
+                         (raise dynamic_batching.default_queue_policy.max_queue_size, or add instances)",
+                            self.name,
+                            self.version,
+                            self.batcher.pending()
+                        )),
+                    ),
+                    SubmitError::InvalidPriority { .. } => (
+                        FailureReason::Other,
+                        ServeError::invalid_argument(format!("model '{}': {e}", self.name)),
+                    ),
+                    SubmitError::Closed => (
+                        FailureReason::Rejected,
+                        ServeError::unavailable(format!(
+                            "model '{}' version {} is unloading; retry to reach the version that replaces it",
+                            self.name, self.version
+                        )),
+                    ),
+                };
+                self.stats.record_failure(reason, start.elapsed());
+                return Err(err);
+            }
+        };
+        let completion = ticket.await;
+        guard.armed = false;
+        let output = match completion.result {
+            Ok(o) => o,
+            Err(Rejected::Timeout) => {
+                self.stats
+                    .record_failure(FailureReason::Rejected, start.elapsed());
+                return Err(ServeError::unavailable("Request timeout expired"));
+            }
+            Err(Rejected::Execution(e)) => {
+                self.stats.record_failure(FailureReason::Backend, start.elapsed());
+                return Err(ServeError::new(
+                    e.code,
+                    format!("model '{}' version {}: {}", self.name, self.version, e.message),
+                ));
+            }
+            Err(Rejected::Dropped) => {
+                self.stats.record_failure(FailureReason::Backend, start.elapsed());
+                return Err(ServeError::internal(format!(
+                    "model '{}' version {}: the model instance stopped while running this request",
+                    self.name, self.version
+                )));
+            }
+        };
+        let mut outputs = Vec::with_capacity(wanted.len());
+        for (name, idx) in wanted {
+            let t: &Tensor = &output.outputs[idx];
+            outputs.push(InferOutput {
+                name,
+                datatype: protocol_dtype(t.dtype),
+                shape: t.shape.iter().map(|&d| d as i64).collect(),
+                parameters: Default::default(),
+                data: TensorData::new(t.data.clone()),
+            });
+        }
+        self.stats
+            .record_success(rows, start.elapsed(), completion.queue_time, output.phases);
+        Ok(InferResponse {
+            model_name: self.name.clone(),
+            model_version: self.version.to_string(),
+            id: request.id,
+            parameters: Default::default(),
+            outputs,
+        })
+    }
+
+    /// Checks a request against the config and builds the batcher item: inputs in engine order, batch
+    /// rows, and the requested outputs as (name, index into the engine's outputs).
+    fn prepare(&self, request: &InferRequest) -> Result<Prepared, ServeError> {
+        let spec = &self.spec;
+        let model = &self.name;
+        let batched = spec.max_batch_size > 0;
+        let mut slots: Vec<Option<Tensor>> = vec![None; self.input_names.len()];
+        let mut rows: Option<usize> = None;
+        for input in &request.inputs {
+            let Some(io) = spec.inputs.iter().find(|i| i.name == input.name) else {
+                let known: Vec<&str> = spec.inputs.iter().map(|i| i.name.as_str()).collect();
+                return Err(ServeError::invalid_argument(format!(
+                    "unexpected inference input '{}' for model '{model}' (its inputs are: {})",
+                    input.name,
+                    known.join(", ")
+                )));
+            };
+            if input.datatype != io.datatype {
+                return Err(ServeError::invalid_argument(format!(
+                    "model '{model}' input '{}': expected datatype {}, got {}",
+                    io.name, io.datatype, input.datatype
+                )));
+            }
+            let shape_err = |hint: &str| {
+                ServeError::invalid_argument(format!(
+                    "model '{model}' input '{}': expected shape {}, got {}{hint}",
+                    io.name,
+                    io.shape_text(spec.max_batch_size),
+                    shape_string(&input.shape)
+                ))
+            };
+            let inner = if batched {
+                let Some((&b, inner)) = input.shape.split_first() else {
+                    return Err(shape_err(" (the batch dimension is missing)"));
+                };
+                if inner.len() != io.dims.len() {
+                    let hint = if input.shape.len() == io.dims.len() {
+                        " (is the batch dimension missing?)"
+                    } else {
+                        ""
+                    };
+                    return Err(shape_err(hint));
+                }
+                if b < 1 || b as usize > spec.max_batch_size {
+                    return Err(ServeError::invalid_argument(format!(
+                        "model '{model}' input '{}': batch size {b} is outside 1..={} (the model's max_batch_size)",
+                        io.name, spec.max_batch_size
+                    )));
+                }
+                match rows {
+                    Some(r) if r != b as usize => {
+                        return Err(ServeError::invalid_argument(format!(
+                            "model '{model}': inputs disagree on the batch size ({r} and {b} for input '{}')",
+                            io.name
+                        )));
+                    }
+                    _ => rows = Some(b as usize),
+                }
+                inner
+            } else {
+                &input.shape[..]
+            };
+            if !io.accepts(inner) {
+                return Err(shape_err(""));
+            }
+            validate_tensor(
+                &format!("model '{model}' input '{}'", io.name),
+                input.datatype,
+                &input.shape,
+                input.data.as_bytes(),
+            )?;
+            let Some(slot) = self.input_names.iter().position(|n| n == &io.name) else {
+                return Err(ServeError::internal(format!(
+                    "model '{model}': config input '{}' is not in the loaded model",
+                    io.name
+                )));
+            };
+            if slots[slot].is_some() {
+                return Err(ServeError::invalid_argument(format!(
+                    "model '{model}': input '{}' is given more than once",
+                    io.name
+                )));
+            }
+            slots[slot] = Some(Tensor {
+                dtype: engine_dtype(input.datatype),
+                shape: input.shape.iter().map(|&d| d as usize).collect(),
+                data: input.data.as_bytes().clone(),
+            });
+        }
+        let mut inputs = Vec::with_capacity(slots.len());
+        let mut missing = Vec::new();
+        for (slot, name) in slots.into_iter().zip(&self.input_names) {
+            match slot {
+                Some(t) => inputs.push(t),
+                None => missing.push(name.as_str()),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(ServeError::invalid_argument(format!(
+                "model '{model}' expects {} inputs but the request is missing: {}",
+                self.input_names.len(),
+                missing.join(", ")
+            )));
+        }
+        let mut wanted = Vec::new();
+        if request.outputs.is_empty() {
+            for io in &spec.outputs {
+                if let Some(i) = self.output_names.iter().position(|n| n == &io.name) {
+                    wanted.push((io.name.clone(), i));
+                }
+            }
+        } else {
+            for out in &request.outputs {
+                let Some(i) = self.output_names.iter().position(|n| n == &out.name) else {
+                    let known: Vec<&str> = spec.outputs.iter().map(|o| o.name.as_str()).collect();
+                    return Err(ServeError::invalid_argument(format!(
+                        "unexpected inference output '{}' for model '{model}' (its outputs are: {})",
+                        out.name,
+                        known.join(", ")
+                    )));
+                };
+                if out.parameters.contains_key("classification") {
+                    return Err(ServeError::unsupported(format!(
+                        "model '{model}' output '{}': the classification extension is not supported",
+                        out.name
+                    )));
+                }
+                wanted.push((out.name.clone(), i));
+            }
+        }
+        let rows = if batched { rows.unwrap_or(1) } else { 1 };
+        Ok((InferItem { inputs, rows }, rows, wanted))
+    }
+}
+
+/// Creates one session for an instance group kind; returns it with its kind label.
+async fn new_session(
+    model: Arc<Model>,
+    kind: InstanceKind,
+    options: &LoadOptions,
+) -> Result<(Session, &'static str), String> {
+    let threads = options.cpu_threads;
+    let make = move |model: Arc<Model>, executor: ExecutorKind| {
+        tokio::task::spawn_blocking(move || {
+            Session::new(
+                model,
+                SessionOptions {
+                    executor,
+                    threads,
+                    ..SessionOptions::default()
+                },
+            )
+        })
+    };
+    let cpu = |model: Arc<Model>| async move {
+        make(model, ExecutorKind::Cpu)
+            .await
+            .map_err(|e| format!("session start stopped: {e}"))?
+            .map_err(|e| format!("CPU executor: {}", engine_error(e).message))
+            .map(|s| (s, "CPU"))
+    };
+    match kind {
+        InstanceKind::Cpu => cpu(model).await,
+        InstanceKind::Auto => match make(model.clone(), ExecutorKind::Wgpu(AdapterChoice::Hardware)).await {
+            Ok(Ok(s)) => Ok((s, "GPU")),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "KIND_AUTO: no hardware GPU, using the CPU executor");
+                cpu(model).await
+            }
+            Err(e) => Err(format!("session start stopped: {e}")),
+        },
+        InstanceKind::Gpu => match make(model.clone(), ExecutorKind::Wgpu(AdapterChoice::Auto)).await {
+            Ok(Ok(s)) => Ok((s, "GPU")),
+            Ok(Err(e)) if options.gpu_fallback == GpuFallback::Cpu => {
+                tracing::warn!(error = %e, "KIND_GPU: no usable wgpu adapter, running on the CPU executor (--gpu-fallback=cpu)");
+                cpu(model).await
+            }
+            Ok(Err(e)) => Err(format!(
+                "KIND_GPU needs a wgpu adapter: {e} (install a Vulkan/Metal/DX12 driver, e.g. Debian's \
+                 mesa-vulkan-drivers, use KIND_CPU, or start with --gpu-fallback=cpu)"
+            )),
+            Err(e) => Err(format!("session start stopped: {e}")),
+        },
+    }
+}
+
+/// Checks the config's inputs and outputs against the ONNX signature; lists every mismatch.
+pub fn check_signature(spec: &ModelSpec, sig: &Signature) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let batched = spec.max_batch_size > 0;
+    for (what, config, model) in [
+        ("input", &spec.inputs, &sig.inputs),
+        ("output", &spec.outputs, &sig.outputs),
+    ] {
+        for io in config.iter() {
+            let Some(m) = model.iter().find(|m| m.name == io.name) else {
+                let known: Vec<&str> = model.iter().map(|m| m.name.as_str()).collect();
+                problems.push(format!(
+                    "config {what} '{}' is not in the ONNX model (its {what}s are: {})",
+                    io.name,
+                    known.join(", ")
+                ));
+                continue;
+            };
+            if engine_dtype(io.datatype) != m.dtype {
+                problems.push(format!(
+                    "{what} '{}': the config says {} but the ONNX model has {}",
+                    io.name,
+                    io.datatype.as_config_str(),
+                    protocol_dtype(m.dtype).as_config_str()
+                ));
+            }
+            let dims: &[Dim] = if batched {
+                match m.dims.split_first() {
+                    Some((Dim::Fixed(1), rest)) | Some((Dim::Dynamic(_), rest)) => rest,
+                    Some((Dim::Fixed(n), _)) => {
+                        problems.push(format!(
+                            "{what} '{}': max_batch_size is {} but the ONNX model fixes the first dimension to {n} \
+                             (export it with a dynamic batch dimension, or set max_batch_size: 0)",
+                            io.name, spec.max_batch_size
+                        ));
+                        continue;
+                    }
+                    None => {
+                        problems.push(format!(
+                            "{what} '{}': max_batch_size is {} but the ONNX tensor is a scalar (set max_batch_size: 0)",
+                            io.name, spec.max_batch_size
+                        ));
+                        continue;
+                    }
+                }
+            } else {
+                &m.dims
+            };
+            let fits = dims.len() == io.dims.len()
+                && dims.iter().zip(&io.dims).all(|(m, &c)| match m {
+                    Dim::Fixed(n) => c < 0 || c as usize == *n,
+                    Dim::Dynamic(_) => true,
+                });
+            if !fits {
+                let onnx: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                problems.push(format!(
+                    "{what} '{}': config dims {} do not match the ONNX model's [{}]{}",
+                    io.name,
+                    shape_string(&io.dims),
+                    onnx.join(","),
+                    if batched {
+                        " (after its batch dimension)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+    for m in &sig.inputs {
+        if !spec.inputs.iter().any(|i| i.name == m.name) {
+            problems.push(format!(
+                "ONNX input '{}' is missing from the config's inputs",
+                m.name
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
