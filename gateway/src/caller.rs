@@ -47,6 +47,26 @@ pub enum Caller<'a> {
     Anonymous,
 }
 
+/// The gateway-wide caller rules: the sources, and whether requests without an identity are
+/// refused (config `callers.unidentified: reject`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CallerPolicy {
+    /// Where identities come from, in order.
+    pub sources: CallerSources,
+    /// Refuse requests no source identifies (401 / UNAUTHENTICATED).
+    pub reject_unidentified: bool,
+}
+
+impl CallerPolicy {
+    /// The caller of one request; `None` when it must be refused as unidentified.
+    pub fn identify<'a>(&self, headers: &'a HeaderMap, conn: ConnectionFacts<'a>) -> Option<Caller<'a>> {
+        match self.sources.identify(headers, conn) {
+            Caller::Anonymous if self.reject_unidentified => None,
+            c => Some(c),
+        }
+    }
+}
+
 impl CallerSources {
     /// The sources in the order they are tried.
     pub fn new(sources: Vec<CallerSource>) -> Self {

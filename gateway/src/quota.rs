@@ -67,6 +67,9 @@ impl QuotaSpec {
     }
 }
 
+/// The caller name under which requests without an identity share one bucket.
+pub const ANONYMOUS: &str = "anonymous";
+
 /// A route's quota: the default for callers without an override, and the overrides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteQuota {
@@ -74,10 +77,11 @@ pub struct RouteQuota {
     pub route: RouteKey,
     /// Quota for callers without an override (`None`: they are not limited).
     pub default: Option<QuotaSpec>,
-    /// Overrides by caller name (header value or mTLS identity).
-    pub by_name: HashMap<Box<str>, QuotaSpec>,
-    /// Overrides by peer IP address.
-    pub by_ip: HashMap<IpAddr, QuotaSpec>,
+    /// Overrides by caller name (header value or mTLS identity; `anonymous` for requests with no
+    /// identity). `None`: unlimited.
+    pub by_name: HashMap<Box<str>, Option<QuotaSpec>>,
+    /// Overrides by peer IP address. `None`: unlimited.
+    pub by_ip: HashMap<IpAddr, Option<QuotaSpec>>,
 }
 
 impl RouteQuota {
@@ -91,8 +95,9 @@ impl RouteQuota {
         }
     }
 
-    /// Adds an override for a caller name, or for an IP address when `caller` parses as one.
-    pub fn with_override(mut self, caller: &str, spec: QuotaSpec) -> Self {
+    /// Adds an override for a caller name, or for an IP address when `caller` parses as one
+    /// (`None`: the caller is unlimited).
+    pub fn with_override(mut self, caller: &str, spec: Option<QuotaSpec>) -> Self {
         match caller.parse::<IpAddr>() {
             Ok(ip) => self.by_ip.insert(ip, spec),
             Err(_) => self.by_name.insert(caller.into(), spec),
@@ -105,9 +110,12 @@ impl RouteQuota {
         let over = match caller {
             Caller::Header(n) | Caller::Identity(n) => self.by_name.get(*n),
             Caller::Peer(ip) => self.by_ip.get(ip),
-            Caller::Anonymous => None,
+            Caller::Anonymous => self.by_name.get(ANONYMOUS),
         };
-        over.or(self.default.as_ref())
+        match over {
+            Some(o) => o.as_ref(),
+            None => self.default.as_ref(),
+        }
     }
 }
 
@@ -416,8 +424,10 @@ mod tests {
     #[test]
     fn overrides_and_unlimited_callers() {
         let q = RouteQuota::new(RouteKey(1), None)
-            .with_override("gold", QuotaSpec::new(1, Duration::from_secs(1), 1))
-            .with_override("10.1.2.3", QuotaSpec::new(1, Duration::from_secs(1), 2));
+            .with_override("gold", Some(QuotaSpec::new(1, Duration::from_secs(1), 1)))
+            .with_override("10.1.2.3", Some(QuotaSpec::new(1, Duration::from_secs(1), 2)))
+            .with_override("vip", None);
+        assert_eq!(q.spec_for(&Caller::Header("vip")), None);
         assert_eq!(q.spec_for(&Caller::Header("nobody")), None);
         assert_eq!(q.spec_for(&Caller::Identity("gold")).unwrap().burst, 1);
         assert_eq!(

@@ -32,11 +32,15 @@ use crate::route::RouteKey;
 /// Analysis settings of one route, in typed units.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CanaryPolicy {
-    /// Index of the canary among the route's destinations; all others form the baseline.
+    /// Index of the baseline among the route's destinations.
+    pub baseline: usize,
+    /// Index of the canary among the route's destinations. Other destinations are neither judged
+    /// nor reweighted.
     pub canary: usize,
     /// Sliding window length.
     pub window: Duration,
-    /// Both sides need at least this many requests in the window before any decision.
+    /// The canary needs at least this many requests in the window before it is judged (and the
+    /// baseline at least one, for the latency comparison).
     pub min_requests: u64,
     /// Roll back when `canary error rate - baseline error rate` exceeds this (0.05 = 5 points).
     pub max_error_rate_increase: Option<f64>,
@@ -48,21 +52,20 @@ pub struct CanaryPolicy {
     pub promotion: Option<Promotion>,
 }
 
-/// Progressive promotion: raise the canary's share by `step_percent` every `interval` while it is
-/// healthy, up to `max_percent`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Progressive promotion: every `interval`, while the canary is healthy over a full window, its
+/// share of the baseline + canary traffic moves to the next of `steps` (percent, increasing).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Promotion {
-    /// Percentage points added per step.
-    pub step_percent: u32,
+    /// Canary share after each step, in percent (e.g. `[10, 25, 50, 100]`).
+    pub steps: Vec<u32>,
     /// Time between steps.
     pub interval: Duration,
-    /// Final share of the canary in percent (100 = full promotion).
-    pub max_percent: u32,
 }
 
 impl Default for CanaryPolicy {
     fn default() -> Self {
         Self {
+            baseline: 0,
             canary: 1,
             window: Duration::from_secs(60),
             min_requests: 50,
@@ -135,6 +138,7 @@ pub struct CanaryReport {
 
 struct Inner {
     phase: Phase,
+    next_step: usize,
     canary_percent: f64,
     last_step: Instant,
     decision: Option<Decision>,
@@ -175,12 +179,12 @@ impl CanaryState {
         policy: CanaryPolicy,
         now: Instant,
     ) -> Self {
-        let total: u64 = configured.iter().map(|&w| u64::from(w)).sum();
-        let cw = configured.get(policy.canary).copied().unwrap_or(0);
-        let canary_percent = if total == 0 {
+        let cw = u64::from(configured.get(policy.canary).copied().unwrap_or(0));
+        let pair = cw + u64::from(configured.get(policy.baseline).copied().unwrap_or(0));
+        let canary_percent = if pair == 0 {
             0.0
         } else {
-            100.0 * f64::from(cw) / total as f64
+            100.0 * cw as f64 / pair as f64
         };
         let phase = if policy.promotion.is_some() {
             Phase::Promoting
@@ -198,6 +202,7 @@ impl CanaryState {
             next_eval_ns: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 phase,
+                next_step: 0,
                 canary_percent,
                 last_step: now,
                 decision: None,
@@ -224,8 +229,10 @@ impl CanaryState {
         let now_ns = self.ns(now);
         let side = if dest == self.policy.canary {
             &self.canary
-        } else {
+        } else if dest == self.policy.baseline {
             &self.baseline
+        } else {
+            return;
         };
         side.record(now_ns, error, latency);
         let next = self.next_eval_ns.load(Ordering::Relaxed);
@@ -259,8 +266,7 @@ impl CanaryState {
         if inner.phase == Phase::RolledBack {
             return;
         }
-        let enough = base.requests >= self.policy.min_requests && can.requests >= self.policy.min_requests;
-        if !enough {
+        if can.requests < self.policy.min_requests.max(1) {
             return;
         }
         let mut failed = None;
@@ -278,7 +284,7 @@ impl CanaryState {
             && let Some(ratio) = self.policy.max_p99_ratio
         {
             let slack_ms = self.policy.p99_slack.as_secs_f64() * 1000.0;
-            if can.p99_ms > base.p99_ms * ratio && can.p99_ms - base.p99_ms > slack_ms {
+            if base.requests > 0 && can.p99_ms > base.p99_ms * ratio && can.p99_ms - base.p99_ms > slack_ms {
                 failed = Some(format!(
                     "canary p99 {:.1} ms exceeds {ratio} x baseline p99 {:.1} ms",
                     can.p99_ms, base.p99_ms
@@ -286,16 +292,8 @@ impl CanaryState {
             }
         }
         if let Some(reason) = failed {
-            let mut w = self.configured.clone();
-            if let Some(c) = w.get_mut(self.policy.canary) {
-                *c = 0;
-            }
-            if w.iter().all(|&x| x == 0) {
-                // The canary had all the traffic: send it back to the other destinations equally.
-                for (i, x) in w.iter_mut().enumerate() {
-                    *x = u32::from(i != self.policy.canary);
-                }
-            }
+            // The canary's share goes back to the baseline.
+            let w = self.weights_for(0.0);
             self.weights.store(Arc::new(w));
             tracing::warn!(
                 route = %self.route,
@@ -321,15 +319,16 @@ impl CanaryState {
             self.publish(Phase::RolledBack);
             return;
         }
-        if let (Phase::Promoting, Some(p)) = (inner.phase, self.policy.promotion)
+        if let (Phase::Promoting, Some(p)) = (inner.phase, &self.policy.promotion)
             && now.saturating_duration_since(inner.last_step) >= p.interval
+            && let Some(&step) = p.steps.get(inner.next_step)
         {
-            let target = f64::from(p.max_percent.min(100));
-            inner.canary_percent = (inner.canary_percent + f64::from(p.step_percent)).min(target);
+            inner.next_step += 1;
+            inner.canary_percent = f64::from(step.min(100));
             inner.last_step = now;
             let w = self.weights_for(inner.canary_percent);
             self.weights.store(Arc::new(w));
-            let done = inner.canary_percent >= target;
+            let done = inner.next_step >= p.steps.len();
             inner.phase = if done { Phase::Promoted } else { Phase::Promoting };
             let reason = format!("promoted: canary share now {:.0}%", inner.canary_percent);
             tracing::info!(route = %self.route, canary_percent = inner.canary_percent, canary_error_rate = can.error_rate, canary_p99_ms = can.p99_ms, baseline_error_rate = base.error_rate, baseline_p99_ms = base.p99_ms, "canary {reason}");
@@ -345,31 +344,24 @@ impl CanaryState {
         }
     }
 
-    /// Weights (in hundredths of a percent) giving the canary `percent` and sharing the rest among
-    /// the baseline destinations in their configured proportions.
+    /// Weights giving the canary `percent` of the traffic the baseline and canary share between
+    /// them (other destinations keep their configured share). Scaled by 100 for resolution.
     fn weights_for(&self, percent: f64) -> Vec<u32> {
-        let base_total: u64 = self
-            .configured
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != self.policy.canary)
-            .map(|(_, &w)| u64::from(w))
-            .sum();
-        let others = self.configured.len().saturating_sub(1).max(1) as f64;
-        let rest = (100.0 - percent) * 100.0;
-        self.configured
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| {
-                if i == self.policy.canary {
-                    (percent * 100.0).round() as u32
-                } else if base_total == 0 {
-                    (rest / others).round() as u32
-                } else {
-                    (rest * f64::from(w) / base_total as f64).round() as u32
-                }
-            })
-            .collect()
+        let (b, c) = (self.policy.baseline, self.policy.canary);
+        let get = |i: usize| u64::from(self.configured.get(i).copied().unwrap_or(0));
+        let mut pair = (get(b) + get(c)) * 100;
+        let mut out: Vec<u32> = self.configured.iter().map(|&w| w.saturating_mul(100)).collect();
+        if pair == 0 {
+            pair = 100;
+        }
+        let canary = (pair as f64 * percent / 100.0).round() as u64;
+        if let Some(x) = out.get_mut(c) {
+            *x = u32::try_from(canary).unwrap_or(u32::MAX);
+        }
+        if let Some(x) = out.get_mut(b) {
+            *x = u32::try_from(pair - canary.min(pair)).unwrap_or(u32::MAX);
+        }
+        out
     }
 
     /// The state for the admin API.
@@ -472,6 +464,15 @@ impl CanaryStore {
         ));
         states.insert(key, (fp, state.clone()));
         state
+    }
+
+    /// The live state of the route with this key, if it has analysis.
+    pub fn get(&self, route: RouteKey) -> Option<Arc<CanaryState>> {
+        let states = match self.states.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        states.get(&route).map(|(_, s)| s.clone())
     }
 
     /// Forgets routes not in `keep` (called after compiling a config version).

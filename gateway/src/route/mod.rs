@@ -10,6 +10,7 @@
 //! gRPC, from [`grpc::peek_model`] over the first bytes of the body; the pipeline passes it in with
 //! [`RequestFacts::with_model`].
 
+mod compile;
 pub mod grpc;
 pub mod kserve;
 
@@ -18,14 +19,15 @@ use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
+pub use compile::{CompileError, MIRROR_MAX_CONCURRENT, PolicyStores, caller_policy};
 pub use kserve::{ModelRef, RestModelPath, parse_rest_model_path};
 
-use crate::caller::CallerSources;
-use crate::canary::CanaryPolicy;
+use crate::caller::CallerPolicy;
+use crate::canary::CanaryState;
 use crate::fault::FaultPolicy;
 use crate::mirror::MirrorPolicy;
 use crate::quota::RouteQuota;
-use crate::retry::RetryPolicy;
+use crate::retry::{RetryBudget, RetryPolicy};
 use crate::split::Split;
 use crate::timeout::TimeoutPolicy;
 
@@ -235,20 +237,49 @@ pub struct CompiledRoute {
     pub matcher: RouteMatch,
     /// Weighted destinations, header forcing and stickiness.
     pub split: Split,
-    /// Where the caller's identity comes from (quotas, stickiness).
-    pub callers: CallerSources,
     /// Per-caller token buckets, if the route has a quota.
     pub quota: Option<Arc<RouteQuota>>,
     /// Overall timeout covering all tries.
     pub timeout: TimeoutPolicy,
     /// Attempts, per-try timeout, conditions, back-off, budget, replay limit.
     pub retry: Arc<RetryPolicy>,
+    /// The route's retry budget (long-lived, from [`PolicyStores`]).
+    pub retry_budget: Arc<RetryBudget>,
     /// Shadow traffic, if configured.
     pub mirror: Option<MirrorPolicy>,
     /// Fault injection, if configured.
     pub fault: Option<FaultPolicy>,
-    /// Automatic canary analysis, if configured.
-    pub canary: Option<Arc<CanaryPolicy>>,
+    /// Automatic canary analysis, if configured (long-lived state, from [`PolicyStores`]).
+    pub canary: Option<Arc<CanaryState>>,
+}
+
+impl CompiledRoute {
+    /// The weights to split with now: the canary analysis's (rolled back or promoted) when the
+    /// route has one, else the configured ones. Pass them to [`Split::choose_with`].
+    pub fn weights(&self) -> Weights<'_> {
+        match &self.canary {
+            Some(c) => Weights::Live(c.weights()),
+            None => Weights::Configured(self.split.weights()),
+        }
+    }
+}
+
+/// The weights in force for one request (see [`CompiledRoute::weights`]); derefs to `[u32]`.
+pub enum Weights<'a> {
+    /// As configured.
+    Configured(&'a [u32]),
+    /// From the canary analysis.
+    Live(arc_swap::Guard<Arc<Vec<u32>>>),
+}
+
+impl std::ops::Deref for Weights<'_> {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        match self {
+            Weights::Configured(w) => w,
+            Weights::Live(g) => g.as_slice(),
+        }
+    }
 }
 
 /// The compiled routes of one config version. Cheap to query; build once per reload.
@@ -256,17 +287,27 @@ pub struct CompiledRoute {
 pub struct CompiledRoutes {
     routes: Vec<CompiledRoute>,
     by_name: HashMap<Arc<str>, usize>,
+    callers: CallerPolicy,
 }
 
 impl CompiledRoutes {
-    /// Routes in match order (the config's order).
-    pub fn new(routes: Vec<CompiledRoute>) -> Self {
+    /// Routes in match order (the config's order), with the gateway-wide caller rules.
+    pub fn new(routes: Vec<CompiledRoute>, callers: CallerPolicy) -> Self {
         let by_name = routes
             .iter()
             .enumerate()
             .map(|(i, r)| (r.name.clone(), i))
             .collect();
-        Self { routes, by_name }
+        Self {
+            routes,
+            by_name,
+            callers,
+        }
+    }
+
+    /// How callers are identified (for quotas and sticky splits).
+    pub fn callers(&self) -> &CallerPolicy {
+        &self.callers
     }
 
     /// The first route whose conditions all hold, or `None` (the pipeline answers 404 with the
