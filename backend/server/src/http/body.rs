@@ -43,7 +43,10 @@ impl Body for ChunksBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    fn poll_frame(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.chunks.pop_front() {
             Some(c) => {
                 self.remaining -= c.len() as u64;
@@ -80,8 +83,12 @@ pub(crate) async fn read_body(
             "the request body did not arrive within {} s; send it faster or raise the body read timeout",
             timeout.as_secs_f64()
         ))),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(format!("more than {max_bytes}"), max_bytes)),
-        Ok(Err(e)) => Err(ServeError::invalid_argument(format!("failed to read the request body: {e}"))),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(too_large(format!("more than {max_bytes}"), max_bytes))
+        }
+        Ok(Err(e)) => Err(ServeError::invalid_argument(format!(
+            "failed to read the request body: {e}"
+        ))),
         Ok(Ok(c)) => Ok(c.to_bytes()),
     }
 }

@@ -28,11 +28,17 @@ impl HttpError {
                 tracing::debug!(status = e.http_status().as_u16(), error = %e.message, "request failed");
                 (e.http_status(), e.to_json_body())
             }
-            HttpError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, br#"{"error":"Method Not Allowed"}"#.to_vec()),
+            HttpError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                br#"{"error":"Method Not Allowed"}"#.to_vec(),
+            ),
         };
         let mut r = Response::new(ChunksBody::one(body));
         *r.status_mut() = status;
-        r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
         r
     }
 }

@@ -21,19 +21,43 @@ pub(crate) async fn dispatch<S: InferenceService>(
     match route {
         Route::Live => {
             let live = svc.live();
-            Ok(json(if live { StatusCode::OK } else { StatusCode::BAD_REQUEST }, rest::live_body(live)))
+            Ok(json(
+                if live {
+                    StatusCode::OK
+                } else {
+                    StatusCode::BAD_REQUEST
+                },
+                rest::live_body(live),
+            ))
         }
         Route::Ready => {
             let ready = svc.ready();
-            Ok(json(if ready { StatusCode::OK } else { StatusCode::BAD_REQUEST }, rest::ready_body(ready)))
+            Ok(json(
+                if ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::BAD_REQUEST
+                },
+                rest::ready_body(ready),
+            ))
         }
         Route::ServerMetadata => Ok(json(StatusCode::OK, to_json(&svc.server_metadata())?)),
         Route::AllStats => {
             let model_stats = svc.model_statistics(None, None)?;
-            Ok(json(StatusCode::OK, to_json(&ModelStatisticsResponse { model_stats })?))
+            Ok(json(
+                StatusCode::OK,
+                to_json(&ModelStatisticsResponse { model_stats })?,
+            ))
         }
-        Route::Model { name, version, action } => match action {
-            ModelAction::Metadata => Ok(json(StatusCode::OK, to_json(&svc.model_metadata(&name, version)?)?)),
+        Route::Model {
+            name,
+            version,
+            action,
+        } => match action {
+            ModelAction::Metadata => Ok(json(
+                StatusCode::OK,
+                to_json(&svc.model_metadata(&name, version)?)?,
+            )),
             ModelAction::Ready => {
                 if svc.model_ready(&name, version) {
                     Ok(json(StatusCode::OK, rest::ready_body(true)))
@@ -51,7 +75,10 @@ pub(crate) async fn dispatch<S: InferenceService>(
             ModelAction::Config => Ok(json(StatusCode::OK, to_json(&svc.model_config(&name, version)?)?)),
             ModelAction::Stats => {
                 let model_stats = svc.model_statistics(Some(&name), version)?;
-                Ok(json(StatusCode::OK, to_json(&ModelStatisticsResponse { model_stats })?))
+                Ok(json(
+                    StatusCode::OK,
+                    to_json(&ModelStatisticsResponse { model_stats })?,
+                ))
             }
             ModelAction::Infer => infer(state, &name, version, req).await,
         },
@@ -82,7 +109,10 @@ async fn infer<S: InferenceService>(
     req: Request<Incoming>,
 ) -> Result<Response<ChunksBody>, HttpError> {
     let answer_encoding = rest::response_encoding(header_str(req.headers(), header::ACCEPT_ENCODING));
-    let header_value = req.headers().get(INFER_HEADER_CONTENT_LENGTH).map(|v| v.as_bytes().to_vec());
+    let header_value = req
+        .headers()
+        .get(INFER_HEADER_CONTENT_LENGTH)
+        .map(|v| v.as_bytes().to_vec());
     let body = request_body(state, req).await?;
     let header_length = rest::parse_header_length(header_value.as_deref(), body.len())?;
     let (request, format) = match rest::decode_infer_request(name, version, body, header_length)? {
@@ -94,8 +124,14 @@ async fn infer<S: InferenceService>(
     };
     let response = state.service.infer(request).await?;
     let encoded = rest::encode_infer_response(&response, &format)?;
-    let content_type = if encoded.has_binary { "application/octet-stream" } else { "application/json" };
-    let mut builder = Response::builder().status(StatusCode::OK).header(header::CONTENT_TYPE, content_type);
+    let content_type = if encoded.has_binary {
+        "application/octet-stream"
+    } else {
+        "application/json"
+    };
+    let mut builder = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type);
     if encoded.has_binary {
         builder = builder.header(INFER_HEADER_CONTENT_LENGTH, encoded.json_length);
     }
@@ -105,15 +141,29 @@ async fn infer<S: InferenceService>(
         builder = builder.header(header::CONTENT_ENCODING, answer_encoding.as_str());
         ChunksBody::one(rest::compress(answer_encoding, &encoded.chunks)?)
     };
-    builder.body(body).map_err(|e| ServeError::internal(format!("failed to build the response: {e}")).into())
+    builder
+        .body(body)
+        .map_err(|e| ServeError::internal(format!("failed to build the response: {e}")).into())
 }
 
 /// Reads and (if compressed) decompresses a request body under the configured limits.
-async fn request_body<S: InferenceService>(state: &State<S>, req: Request<Incoming>) -> Result<Bytes, ServeError> {
+async fn request_body<S: InferenceService>(
+    state: &State<S>,
+    req: Request<Incoming>,
+) -> Result<Bytes, ServeError> {
     let encoding = rest::request_encoding(header_str(req.headers(), header::CONTENT_ENCODING))?;
-    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let limits = &state.limits;
-    let raw = read_body(req.into_body(), declared, limits.max_body_bytes, limits.body_read_timeout).await?;
+    let raw = read_body(
+        req.into_body(),
+        declared,
+        limits.max_body_bytes,
+        limits.body_read_timeout,
+    )
+    .await?;
     if encoding == ContentEncoding::Identity {
         return Ok(raw);
     }
@@ -135,6 +185,7 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ServeError> {
 fn json(status: StatusCode, body: Vec<u8>) -> Response<ChunksBody> {
     let mut r = Response::new(ChunksBody::one(body));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }

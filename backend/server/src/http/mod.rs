@@ -62,19 +62,32 @@ pub(crate) struct State<S> {
 
 /// Serves the REST API on `listener` until `shutdown` completes, then stops accepting, lets in-flight
 /// requests finish and returns. Bound the wait with a timeout around this future if needed.
-pub async fn serve_http<S, F>(listener: TcpListener, service: S, limits: HttpLimits, shutdown: F) -> std::io::Result<()>
+pub async fn serve_http<S, F>(
+    listener: TcpListener,
+    service: S,
+    limits: HttpLimits,
+    shutdown: F,
+) -> std::io::Result<()>
 where
     S: InferenceService,
     F: Future<Output = ()> + Send,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).keep_alive(true);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.max_h2_streams)
         .max_pending_accept_reset_streams(Some(64));
-    let state = Arc::new(State { in_flight: Semaphore::new(limits.max_concurrent_requests), service, limits });
+    let state = Arc::new(State {
+        in_flight: Semaphore::new(limits.max_concurrent_requests),
+        service,
+        limits,
+    });
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

@@ -17,7 +17,11 @@ pub(crate) enum Route {
     /// `GET /v2/models/stats`: statistics of every model.
     AllStats,
     /// `/v2/models/{name}[/versions/{version}][/{action}]`.
-    Model { name: String, version: Option<u64>, action: ModelAction },
+    Model {
+        name: String,
+        version: Option<u64>,
+        action: ModelAction,
+    },
     /// `POST /v2/repository/index`.
     RepositoryIndex,
     /// `POST /v2/repository/models/{name}/load`.
@@ -40,8 +44,20 @@ pub(crate) enum ModelAction {
 /// wrong methods, 501 for Triton endpoints this server does not have).
 pub(crate) fn route(method: &Method, path: &str) -> Result<Route, HttpError> {
     let parts: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
-    let get = |r: Route| if method == Method::GET { Ok(r) } else { Err(HttpError::MethodNotAllowed) };
-    let post = |r: Route| if method == Method::POST { Ok(r) } else { Err(HttpError::MethodNotAllowed) };
+    let get = |r: Route| {
+        if method == Method::GET {
+            Ok(r)
+        } else {
+            Err(HttpError::MethodNotAllowed)
+        }
+    };
+    let post = |r: Route| {
+        if method == Method::POST {
+            Ok(r)
+        } else {
+            Err(HttpError::MethodNotAllowed)
+        }
+    };
     match parts.as_slice() {
         ["v2"] => get(Route::ServerMetadata),
         ["v2", "health", "live"] => get(Route::Live),
@@ -96,7 +112,10 @@ fn decode(segment: &str) -> Result<String, HttpError> {
         if bytes[i] == b'%' {
             let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
             let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) else {
-                return Err(ServeError::invalid_argument(format!("bad percent-escape in path segment '{segment}'")).into());
+                return Err(ServeError::invalid_argument(format!(
+                    "bad percent-escape in path segment '{segment}'"
+                ))
+                .into());
             };
             out.push(v);
             i += 3;
@@ -105,8 +124,9 @@ fn decode(segment: &str) -> Result<String, HttpError> {
             i += 1;
         }
     }
-    String::from_utf8(out)
-        .map_err(|_| ServeError::invalid_argument(format!("path segment '{segment}' is not UTF-8 once decoded")).into())
+    String::from_utf8(out).map_err(|_| {
+        ServeError::invalid_argument(format!("path segment '{segment}' is not UTF-8 once decoded")).into()
+    })
 }
 
 #[cfg(test)]
@@ -133,19 +153,37 @@ mod tests {
         assert_eq!(ok(Method::GET, "/v2/models/stats"), Route::AllStats);
         assert_eq!(
             ok(Method::GET, "/v2/models/simple"),
-            Route::Model { name: "simple".into(), version: None, action: ModelAction::Metadata }
+            Route::Model {
+                name: "simple".into(),
+                version: None,
+                action: ModelAction::Metadata
+            }
         );
         assert_eq!(
             ok(Method::POST, "/v2/models/a%20b/versions/2/infer"),
-            Route::Model { name: "a b".into(), version: Some(2), action: ModelAction::Infer }
+            Route::Model {
+                name: "a b".into(),
+                version: Some(2),
+                action: ModelAction::Infer
+            }
         );
         assert_eq!(
             ok(Method::GET, "/v2/models/m/versions/1/stats"),
-            Route::Model { name: "m".into(), version: Some(1), action: ModelAction::Stats }
+            Route::Model {
+                name: "m".into(),
+                version: Some(1),
+                action: ModelAction::Stats
+            }
         );
         assert_eq!(ok(Method::POST, "/v2/repository/index"), Route::RepositoryIndex);
-        assert_eq!(ok(Method::POST, "/v2/repository/models/m/load"), Route::Load("m".into()));
-        assert_eq!(ok(Method::POST, "/v2/repository/models/m/unload"), Route::Unload("m".into()));
+        assert_eq!(
+            ok(Method::POST, "/v2/repository/models/m/load"),
+            Route::Load("m".into())
+        );
+        assert_eq!(
+            ok(Method::POST, "/v2/repository/models/m/unload"),
+            Route::Unload("m".into())
+        );
     }
 
     #[test]

@@ -22,7 +22,10 @@ pub(crate) struct TestService {
 impl TestService {
     pub(crate) fn new() -> Self {
         let loaded = ["add_sub", "echo"].into_iter().map(String::from).collect();
-        TestService { loaded: Arc::new(Mutex::new(loaded)), inferences: Arc::new(Mutex::new(0)) }
+        TestService {
+            loaded: Arc::new(Mutex::new(loaded)),
+            inferences: Arc::new(Mutex::new(0)),
+        }
     }
 
     fn is_loaded(&self, name: &str) -> bool {
@@ -41,7 +44,11 @@ impl TestService {
 }
 
 fn tensor(name: &str, datatype: DataType, shape: &[i64]) -> TensorMetadata {
-    TensorMetadata { name: name.into(), datatype, shape: shape.to_vec() }
+    TensorMetadata {
+        name: name.into(),
+        datatype,
+        shape: shape.to_vec(),
+    }
 }
 
 impl InferenceService for TestService {
@@ -69,20 +76,33 @@ impl InferenceService for TestService {
         self.check(name, version)?;
         let (inputs, outputs) = if name == "add_sub" {
             (
-                vec![tensor("INPUT0", DataType::Fp32, &[-1, 4]), tensor("INPUT1", DataType::Fp32, &[-1, 4])],
-                vec![tensor("OUTPUT0", DataType::Fp32, &[-1, 4]), tensor("OUTPUT1", DataType::Fp32, &[-1, 4])],
+                vec![
+                    tensor("INPUT0", DataType::Fp32, &[-1, 4]),
+                    tensor("INPUT1", DataType::Fp32, &[-1, 4]),
+                ],
+                vec![
+                    tensor("OUTPUT0", DataType::Fp32, &[-1, 4]),
+                    tensor("OUTPUT1", DataType::Fp32, &[-1, 4]),
+                ],
             )
         } else {
-            (vec![tensor("INPUT", DataType::Bytes, &[-1])], vec![tensor("OUTPUT", DataType::Bytes, &[-1])])
+            (
+                vec![tensor("INPUT", DataType::Bytes, &[-1])],
+                vec![tensor("OUTPUT", DataType::Bytes, &[-1])],
+            )
         };
-        Ok(ModelMetadata { name: name.into(), versions: vec!["1".into()], platform: "test".into(), inputs, outputs })
+        Ok(ModelMetadata {
+            name: name.into(),
+            versions: vec!["1".into()],
+            platform: "test".into(),
+            inputs,
+            outputs,
+        })
     }
 
     fn model_config(&self, name: &str, version: Option<u64>) -> Result<serde_json::Value, ServeError> {
         let md = self.model_metadata(name, version)?;
-        let io = |t: &TensorMetadata| {
-            serde_json::json!({"name": t.name, "data_type": t.datatype.as_config_str(), "dims": &t.shape[1..]})
-        };
+        let io = |t: &TensorMetadata| serde_json::json!({"name": t.name, "data_type": t.datatype.as_config_str(), "dims": &t.shape[1..]});
         Ok(serde_json::json!({
             "name": name, "platform": "test", "backend": "", "max_batch_size": 8,
             "input": md.inputs.iter().map(io).collect::<Vec<_>>(),
@@ -91,7 +111,11 @@ impl InferenceService for TestService {
         }))
     }
 
-    fn model_statistics(&self, name: Option<&str>, version: Option<u64>) -> Result<Vec<ModelStatistics>, ServeError> {
+    fn model_statistics(
+        &self,
+        name: Option<&str>,
+        version: Option<u64>,
+    ) -> Result<Vec<ModelStatistics>, ServeError> {
         let names: Vec<&str> = match name {
             Some(n) => {
                 self.check(n, version)?;
@@ -113,17 +137,27 @@ impl InferenceService for TestService {
 
     async fn infer(&self, request: InferRequest) -> Result<InferResponse, ServeError> {
         self.check(&request.model_name, request.model_version)?;
-        let wanted = |name: &str| request.outputs.is_empty() || request.outputs.iter().any(|o| o.name == name);
+        let wanted =
+            |name: &str| request.outputs.is_empty() || request.outputs.iter().any(|o| o.name == name);
         let mut outputs = Vec::new();
         if request.model_name == "add_sub" {
             let get = |n: &str| {
-                request.input(n).ok_or_else(|| ServeError::invalid_argument(format!("model 'add_sub' needs input '{n}'")))
+                request
+                    .input(n)
+                    .ok_or_else(|| ServeError::invalid_argument(format!("model 'add_sub' needs input '{n}'")))
             };
             let (a, b) = (get("INPUT0")?, get("INPUT1")?);
             if a.datatype != DataType::Fp32 || a.shape != b.shape || a.shape.len() != 2 || a.shape[1] != 4 {
-                return Err(ServeError::invalid_argument("model 'add_sub': inputs must be FP32 [n,4] of equal shape"));
+                return Err(ServeError::invalid_argument(
+                    "model 'add_sub': inputs must be FP32 [n,4] of equal shape",
+                ));
             }
-            let f = |d: &TensorData| d.as_bytes().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
+            let f = |d: &TensorData| {
+                d.as_bytes()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect::<Vec<_>>()
+            };
             let (x, y) = (f(&a.data), f(&b.data));
             for (name, op) in [("OUTPUT0", 1.0f32), ("OUTPUT1", -1.0)] {
                 if wanted(name) {
@@ -142,7 +176,9 @@ impl InferenceService for TestService {
                 *c += a.shape[0] as u64;
             }
         } else {
-            let input = request.input("INPUT").ok_or_else(|| ServeError::invalid_argument("model 'echo' needs input 'INPUT'"))?;
+            let input = request
+                .input("INPUT")
+                .ok_or_else(|| ServeError::invalid_argument("model 'echo' needs input 'INPUT'"))?;
             outputs.push(InferOutput {
                 name: "OUTPUT".into(),
                 datatype: input.datatype,
@@ -167,18 +203,34 @@ impl InferenceService for TestService {
             .map(|n| RepositoryIndexEntry {
                 name: n.into(),
                 version: Some("1".into()),
-                state: Some(if self.is_loaded(n) { ModelState::Ready } else { ModelState::Unavailable }),
-                reason: if self.is_loaded(n) { String::new() } else { "unloaded".into() },
+                state: Some(if self.is_loaded(n) {
+                    ModelState::Ready
+                } else {
+                    ModelState::Unavailable
+                }),
+                reason: if self.is_loaded(n) {
+                    String::new()
+                } else {
+                    "unloaded".into()
+                },
             })
             .collect()
     }
 
     async fn load_model(&self, name: &str, parameters: LoadParameters) -> Result<(), ServeError> {
         if !["add_sub", "echo"].contains(&name) {
-            return Err(ServeError::invalid_argument(format!("failed to load '{name}': no such model folder")));
+            return Err(ServeError::invalid_argument(format!(
+                "failed to load '{name}': no such model folder"
+            )));
         }
-        if parameters.config.as_deref().is_some_and(|c| serde_json::from_str::<serde_json::Value>(c).is_err()) {
-            return Err(ServeError::invalid_argument(format!("failed to load '{name}': the config is not JSON")));
+        if parameters
+            .config
+            .as_deref()
+            .is_some_and(|c| serde_json::from_str::<serde_json::Value>(c).is_err())
+        {
+            return Err(ServeError::invalid_argument(format!(
+                "failed to load '{name}': the config is not JSON"
+            )));
         }
         if let Ok(mut l) = self.loaded.lock() {
             l.insert(name.into());
