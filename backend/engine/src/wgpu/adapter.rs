@@ -31,10 +31,16 @@ impl AdapterRequest {
     /// Applies `WGPU_ADAPTER_NAME` and `WGPU_BACKEND` over the configured values: operators can redirect a
     /// deployment to another adapter without editing model configs.
     pub(crate) fn with_env(mut self) -> Self {
-        if let Some(name) = std::env::var("WGPU_ADAPTER_NAME").ok().filter(|s| !s.trim().is_empty()) {
+        if let Some(name) = std::env::var("WGPU_ADAPTER_NAME")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+        {
             self.name = Some(name);
         }
-        if let Some(b) = std::env::var("WGPU_BACKEND").ok().filter(|s| !s.trim().is_empty()) {
+        if let Some(b) = std::env::var("WGPU_BACKEND")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+        {
             self.backends = Some(b);
         }
         self
@@ -97,9 +103,10 @@ pub(crate) fn select(instance: &wgpu::Instance, request: &AdapterRequest) -> Gpu
                 AdapterKind::Gpu => !is_cpu,
                 AdapterKind::Cpu => is_cpu,
             };
-            let name_ok = request.name.as_ref().is_none_or(|n| {
-                info.name.to_lowercase().contains(&n.trim().to_lowercase())
-            });
+            let name_ok = request
+                .name
+                .as_ref()
+                .is_none_or(|n| info.name.to_lowercase().contains(&n.trim().to_lowercase()));
             kind_ok && name_ok
         })
         .collect();

@@ -95,9 +95,7 @@ impl GpuContext {
             required_limits: limits.clone(),
             ..Default::default()
         }))
-        .map_err(|e| {
-            GpuError::unsupported(format!("wgpu adapter '{}' refused a device: {e}", info.name))
-        })?;
+        .map_err(|e| GpuError::unsupported(format!("wgpu adapter '{}' refused a device: {e}", info.name)))?;
         let lost = Arc::new(Mutex::new(None));
         {
             let lost = Arc::clone(&lost);

@@ -169,7 +169,9 @@ pub(crate) fn from_device(host: HostType, dev: DType, bytes: &[u8]) -> Vec<u8> {
             DType::F16 => chunks::<2>(bytes)
                 .map(|c| f64::from(half::f16::from_le_bytes(c).to_f32()))
                 .collect(),
-            _ => chunks::<4>(bytes).map(|c| f64::from(f32::from_le_bytes(c))).collect(),
+            _ => chunks::<4>(bytes)
+                .map(|c| f64::from(f32::from_le_bytes(c)))
+                .collect(),
         };
         vals_i = Vec::new();
     } else {
@@ -253,7 +255,13 @@ mod tests {
             .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
             .collect();
         let dev = to_device(HostType::F16, DType::F32, &h, "h").expect("f16");
-        assert_eq!(dev, [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+        assert_eq!(
+            dev,
+            [1.5f32, -2.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
         assert_eq!(from_device(HostType::F16, DType::F32, &dev), h);
     }
 }

@@ -140,7 +140,9 @@ impl OperandInfo {
             });
         }
         if shape.len() > out.len() {
-            return Err(GpuError::internal(format!("cannot broadcast {shape:?} to {out:?}")));
+            return Err(GpuError::internal(format!(
+                "cannot broadcast {shape:?} to {out:?}"
+            )));
         }
         let off = out.len() - shape.len();
         let mut strides = vec![0u32; out.len()];
@@ -150,7 +152,9 @@ impl OperandInfo {
             if shape[d] == od {
                 strides[d + off] = if od == 1 { 0 } else { s as u32 };
             } else if shape[d] != 1 {
-                return Err(GpuError::internal(format!("cannot broadcast {shape:?} to {out:?}")));
+                return Err(GpuError::internal(format!(
+                    "cannot broadcast {shape:?} to {out:?}"
+                )));
             }
             s *= shape[d];
         }
@@ -299,7 +303,9 @@ pub(crate) fn generate(
     for (i, node) in program.nodes.iter().enumerate() {
         let arg = |j: usize| -> GpuResult<(String, Ty)> {
             if j >= i {
-                return Err(GpuError::internal(format!("element-wise node {i} refers forward to {j}")));
+                return Err(GpuError::internal(format!(
+                    "element-wise node {i} refers forward to {j}"
+                )));
             }
             Ok((format!("v{j}"), tys[j]))
         };
@@ -341,7 +347,9 @@ pub(crate) fn generate(
                 let (a, ta) = arg(*a)?;
                 let (b, tb) = arg(*b)?;
                 if tc != Ty::B || ta != tb {
-                    return Err(GpuError::internal("Where needs a bool condition and two values of one type"));
+                    return Err(GpuError::internal(
+                        "Where needs a bool condition and two values of one type",
+                    ));
                 }
                 (format!("select({b}, {a}, {c})"), ta)
             }
@@ -362,7 +370,8 @@ pub(crate) fn generate(
     let result = cast(&format!("v{last}"), tys[last], ty_of(out)).0;
     let store = match ty_of(out) {
         Ty::F => format!("TO({result})"),
-        _ => result,
+        Ty::I => result,
+        Ty::B => format!("select(0, 1, {result})"),
     };
 
     let needs_table = !strided.is_empty() || !consts.is_empty();
@@ -476,9 +485,9 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         Softsign => format!("({a} / (1.0 + abs({a})))"),
         HardSwish => format!("({a} * clamp({a} / 6.0 + 0.5, 0.0, 1.0))"),
         Gelu => format!("(0.5 * {a} * (1.0 + ew_erf({a} * 0.70710678118654752)))"),
-        GeluTanh => format!(
-            "(0.5 * {a} * (1.0 + ew_tanh(0.79788456080286536 * ({a} + 0.044715 * {a} * {a} * {a}))))"
-        ),
+        GeluTanh => {
+            format!("(0.5 * {a} * (1.0 + ew_tanh(0.79788456080286536 * ({a} + 0.044715 * {a} * {a} * {a}))))")
+        }
         LeakyRelu(alpha) => format!("select({} * {a}, {a}, {a} >= 0.0)", konst(alpha)),
         Elu(alpha) => format!("select({} * (exp({a}) - 1.0), {a}, {a} >= 0.0)", konst(alpha)),
         Celu(alpha) => {

@@ -183,7 +183,13 @@ impl PlanBuilder {
         &self.ctx.dev.limits
     }
 
-    fn new_value(&mut self, name: &str, kind: ValueKind, dtype: DType, shape: &[usize]) -> GpuResult<DTensor> {
+    fn new_value(
+        &mut self,
+        name: &str,
+        kind: ValueKind,
+        dtype: DType,
+        shape: &[usize],
+    ) -> GpuResult<DTensor> {
         let numel: usize = shape.iter().product();
         let bytes = (numel * dtype.size()) as u64;
         let limit = self.ctx.dev.limits.max_storage_buffer_binding_size;
@@ -220,7 +226,13 @@ impl PlanBuilder {
     }
 
     /// Adds a constant (weights), converted from host bytes.
-    pub(crate) fn constant(&mut self, name: &str, host: HostType, shape: &[usize], bytes: &[u8]) -> GpuResult<DTensor> {
+    pub(crate) fn constant(
+        &mut self,
+        name: &str,
+        host: HostType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> GpuResult<DTensor> {
         let dt = host.device(self.has_f16());
         self.constant_as(name, host, dt, shape, bytes)
     }
@@ -303,7 +315,10 @@ impl PlanBuilder {
             Bind::W(t) => Some(t),
             Bind::R(_) => None,
         }) {
-            if binds.iter().any(|b| matches!(b, Bind::R(r) if r.value == w.value)) {
+            if binds
+                .iter()
+                .any(|b| matches!(b, Bind::R(r) if r.value == w.value))
+            {
                 return Err(GpuError::internal(format!(
                     "kernel '{}' would bind '{}' read-only and read-write in one dispatch",
                     kernel.name, self.values[w.value].name
@@ -387,7 +402,10 @@ impl PlanBuilder {
         for o in &self.outputs {
             last[o.tensor.value] = n_steps;
             if matches!(self.values[o.tensor.value].kind, ValueKind::Temp) && !written[o.tensor.value] {
-                return Err(GpuError::internal(format!("output '{}' is never computed", o.name)));
+                return Err(GpuError::internal(format!(
+                    "output '{}' is never computed",
+                    o.name
+                )));
             }
         }
         let temps: Vec<pool::Interval> = self
@@ -404,7 +422,8 @@ impl PlanBuilder {
             .collect();
         let assignment = pool::assign(&temps);
 
-        let usage_storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let usage_storage =
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let mut loc: Vec<Option<(usize, u64)>> = vec![None; self.values.len()];
         let mut buffers: Vec<wgpu::Buffer> = Vec::new();
         let device = &dev.device;
@@ -517,9 +536,8 @@ impl PlanBuilder {
         let mut readback_bytes = 0u64;
         let mut outputs = Vec::new();
         for o in &self.outputs {
-            let (buffer, offset) = loc[o.tensor.value].ok_or_else(|| {
-                GpuError::internal(format!("output '{}' has no storage", o.name))
-            })?;
+            let (buffer, offset) = loc[o.tensor.value]
+                .ok_or_else(|| GpuError::internal(format!("output '{}' has no storage", o.name)))?;
             let bytes = (o.tensor.numel() * o.tensor.dtype.size()) as u64;
             let copy = padded(bytes);
             outputs.push(ReadbackSlot {
@@ -581,9 +599,8 @@ impl PlanBuilder {
                 grid: s.grid,
             });
         }
-        let device_bytes = buffers.iter().map(wgpu::Buffer::size).sum::<u64>()
-            + params_buffer.size()
-            + readback.size();
+        let device_bytes =
+            buffers.iter().map(wgpu::Buffer::size).sum::<u64>() + params_buffer.size() + readback.size();
         Ok(Plan {
             dev,
             steps,
@@ -701,7 +718,8 @@ impl Plan {
         let device = &dev.device;
         let submission = dev.scoped("executing the plan", || {
             if !packed.is_empty() {
-                dev.queue.write_buffer(&self.buffers[self.input_buffer], 0, packed);
+                dev.queue
+                    .write_buffer(&self.buffers[self.input_buffer], 0, packed);
             }
             let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("infergate plan"),
@@ -785,7 +803,11 @@ impl Plan {
 }
 
 /// Runs `plan` asynchronously on its context's submission thread.
-pub(crate) async fn run(ctx: &GpuContext, plan: Arc<Plan>, inputs: Vec<HostTensor>) -> GpuResult<Vec<HostTensor>> {
+pub(crate) async fn run(
+    ctx: &GpuContext,
+    plan: Arc<Plan>,
+    inputs: Vec<HostTensor>,
+) -> GpuResult<Vec<HostTensor>> {
     let packed = plan.pack_inputs(&inputs)?;
     ctx.on_device(move |dev| plan.execute(dev, &packed)).await
 }

@@ -148,7 +148,8 @@ impl Template {
 mod tests {
     use super::*;
 
-    const SRC: &str = "alias T = f32;\nconst TILE: u32 = 4u;\n// @begin body\nlet a = 1;\n// @end body\nfn f() {}\n";
+    const SRC: &str =
+        "alias T = f32;\nconst TILE: u32 = 4u;\n// @begin body\nlet a = 1;\n// @end body\nfn f() {}\n";
 
     #[test]
     fn substitutes_aliases_consts_and_regions() {
@@ -166,7 +167,10 @@ mod tests {
 
     #[test]
     fn unknown_names_are_an_error() {
-        let err = Template::new("t", SRC).constant("NOPE", "1u").build().expect_err("no NOPE");
+        let err = Template::new("t", SRC)
+            .constant("NOPE", "1u")
+            .build()
+            .expect_err("no NOPE");
         assert!(err.message.contains("NOPE"));
     }
 }

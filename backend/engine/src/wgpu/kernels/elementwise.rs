@@ -38,7 +38,12 @@ pub(crate) fn elementwise(
     }
     binds.extend(operands.iter().map(|t| Bind::R(t)));
     let n = y.numel();
-    b.dispatch(&kernel, Params::new().u4([n as u32, 0, 0, 0]), &binds, grid_1d(n, 256))?;
+    b.dispatch(
+        &kernel,
+        Params::new().u4([n as u32, 0, 0, 0]),
+        &binds,
+        grid_1d(n, 256),
+    )?;
     Ok(y)
 }
 
@@ -52,12 +57,37 @@ pub(crate) fn variants() -> GpuResult<Vec<crate::wgpu::template::KernelSource>> 
     let i = OperandInfo::broadcast(DType::I32, &[1], &[2, 3])?;
     let bo = OperandInfo::broadcast(DType::Bool, &[2, 1], &[2, 3])?;
     let unary = [
-        UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Sqrt, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Reciprocal,
-        UnaryOp::Floor, UnaryOp::Ceil, UnaryOp::Round, UnaryOp::Erf, UnaryOp::Tanh, UnaryOp::Sigmoid,
-        UnaryOp::Relu, UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Tan, UnaryOp::Sign, UnaryOp::Softplus,
-        UnaryOp::Softsign, UnaryOp::HardSwish, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::LeakyRelu(0.1),
-        UnaryOp::Elu(1.0), UnaryOp::Celu(1.0), UnaryOp::ThresholdedRelu(1.0), UnaryOp::Selu(1.6, 1.05),
-        UnaryOp::HardSigmoid(0.2, 0.5), UnaryOp::Clip(0.0, 6.0), UnaryOp::IsNan, UnaryOp::IsInf,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Sqrt,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Reciprocal,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Erf,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tan,
+        UnaryOp::Sign,
+        UnaryOp::Softplus,
+        UnaryOp::Softsign,
+        UnaryOp::HardSwish,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::LeakyRelu(0.1),
+        UnaryOp::Elu(1.0),
+        UnaryOp::Celu(1.0),
+        UnaryOp::ThresholdedRelu(1.0),
+        UnaryOp::Selu(1.6, 1.05),
+        UnaryOp::HardSigmoid(0.2, 0.5),
+        UnaryOp::Clip(0.0, 6.0),
+        UnaryOp::IsNan,
+        UnaryOp::IsInf,
     ];
     for (k, op) in unary.iter().enumerate() {
         let prog = EwProgram {
@@ -65,14 +95,35 @@ pub(crate) fn variants() -> GpuResult<Vec<crate::wgpu::template::KernelSource>> 
         };
         let ops = [f.clone(), h.clone()];
         let out_t = if k % 2 == 0 { DType::F32 } else { DType::F16 };
-        let out_t = if matches!(op, UnaryOp::IsNan | UnaryOp::IsInf) { DType::Bool } else { out_t };
+        let out_t = if matches!(op, UnaryOp::IsNan | UnaryOp::IsInf) {
+            DType::Bool
+        } else {
+            out_t
+        };
         let code = expr::generate(&prog, &ops[k % 2..k % 2 + 1], out_t, &[2, 3], 2)?;
-        out.push(Template::new("elementwise", WGSL).alias("TO", out_t.wgsl()).region("ew", code.wgsl).build()?);
+        out.push(
+            Template::new("elementwise", WGSL)
+                .alias("TO", out_t.wgsl())
+                .region("ew", code.wgsl)
+                .build()?,
+        );
     }
     let binary = [
-        BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Min,
-        BinaryOp::Max, BinaryOp::Mod, BinaryOp::Fmod, BinaryOp::Equal, BinaryOp::Less, BinaryOp::Greater,
-        BinaryOp::LessOrEqual, BinaryOp::GreaterOrEqual, BinaryOp::PRelu,
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Min,
+        BinaryOp::Max,
+        BinaryOp::Mod,
+        BinaryOp::Fmod,
+        BinaryOp::Equal,
+        BinaryOp::Less,
+        BinaryOp::Greater,
+        BinaryOp::LessOrEqual,
+        BinaryOp::GreaterOrEqual,
+        BinaryOp::PRelu,
     ];
     for op in binary {
         for (ops, out_t) in [
@@ -83,15 +134,30 @@ pub(crate) fn variants() -> GpuResult<Vec<crate::wgpu::template::KernelSource>> 
                 nodes: vec![EwNode::Operand(0), EwNode::Operand(1), EwNode::Binary(op, 0, 1)],
             };
             let code = expr::generate(&prog, &ops, out_t, &[2, 3], 2)?;
-            out.push(Template::new("elementwise", WGSL).alias("TO", out_t.wgsl()).region("ew", code.wgsl).build()?);
+            out.push(
+                Template::new("elementwise", WGSL)
+                    .alias("TO", out_t.wgsl())
+                    .region("ew", code.wgsl)
+                    .build()?,
+            );
         }
     }
     for op in [BinaryOp::And, BinaryOp::Or, BinaryOp::Xor] {
         let prog = EwProgram {
-            nodes: vec![EwNode::Operand(0), EwNode::Operand(1), EwNode::Binary(op, 0, 1), EwNode::Unary(UnaryOp::Not, 2)],
+            nodes: vec![
+                EwNode::Operand(0),
+                EwNode::Operand(1),
+                EwNode::Binary(op, 0, 1),
+                EwNode::Unary(UnaryOp::Not, 2),
+            ],
         };
         let code = expr::generate(&prog, &[bo.clone(), bo.clone()], DType::Bool, &[2, 3], 2)?;
-        out.push(Template::new("elementwise", WGSL).alias("TO", "i32").region("ew", code.wgsl).build()?);
+        out.push(
+            Template::new("elementwise", WGSL)
+                .alias("TO", "i32")
+                .region("ew", code.wgsl)
+                .build()?,
+        );
     }
     let prog = EwProgram {
         nodes: vec![
@@ -104,6 +170,11 @@ pub(crate) fn variants() -> GpuResult<Vec<crate::wgpu::template::KernelSource>> 
         ],
     };
     let code = expr::generate(&prog, &[bo, f.clone(), f], DType::F16, &[2, 3], 2)?;
-    out.push(Template::new("elementwise", WGSL).alias("TO", "f16").region("ew", code.wgsl).build()?);
+    out.push(
+        Template::new("elementwise", WGSL)
+            .alias("TO", "f16")
+            .region("ew", code.wgsl)
+            .build()?,
+    );
     Ok(out)
 }

@@ -1,15 +1,42 @@
 //! WGSL kernels, each a `.wgsl` file beside the Rust that launches it.
 
+pub(crate) mod conv;
+pub(crate) mod copy;
 pub(crate) mod elementwise;
+pub(crate) mod gather;
+pub(crate) mod matmul;
+pub(crate) mod pool;
+pub(crate) mod reduce;
 
 /// Every kernel file with its name, for the naga validation test.
 #[cfg(test)]
-pub(crate) const ALL: &[(&str, &str)] = &[("elementwise", elementwise::WGSL)];
+pub(crate) const ALL: &[(&str, &str)] = &[
+    ("elementwise", elementwise::WGSL),
+    ("matmul", matmul::WGSL),
+    ("conv", conv::WGSL),
+    ("conv_direct", conv::WGSL_DIRECT),
+    ("conv_transpose", conv::WGSL_TRANSPOSE),
+    ("copy", copy::WGSL),
+    ("gather", gather::WGSL),
+    ("pad", gather::WGSL_PAD),
+    ("pool", pool::WGSL),
+    ("resize", pool::WGSL_RESIZE),
+    ("reduce", reduce::WGSL),
+    ("softmax", reduce::WGSL_SOFTMAX),
+    ("norm", reduce::WGSL_NORM),
+    ("argtopk", reduce::WGSL_ARGTOPK),
+];
 
 /// Representative specialisations of every kernel, for the naga test.
 #[cfg(test)]
 pub(crate) fn variants() -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::template::KernelSource>> {
     let mut v = Vec::new();
     v.extend(elementwise::variants()?);
+    v.extend(matmul::variants()?);
+    v.extend(conv::variants()?);
+    v.extend(copy::variants()?);
+    v.extend(gather::variants()?);
+    v.extend(pool::variants()?);
+    v.extend(reduce::variants()?);
     Ok(v)
 }

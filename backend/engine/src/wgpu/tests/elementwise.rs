@@ -22,7 +22,16 @@ fn broadcast_add_then_relu() {
     };
     let out = run(
         vec![f32s(&[2, 3, 4], &a), f32s(&[4], &bias), f32s(&[3, 1], &col)],
-        |b, x| Ok(vec![elementwise(b, "y", &prog, &[&x[0], &x[1], &x[2]], DType::F32, &[2, 3, 4])?]),
+        |b, x| {
+            Ok(vec![elementwise(
+                b,
+                "y",
+                &prog,
+                &[&x[0], &x[1], &x[2]],
+                DType::F32,
+                &[2, 3, 4],
+            )?])
+        },
     );
     let mut want = vec![0.0; 24];
     for i in 0..2 {
@@ -41,14 +50,20 @@ fn unary_ops_with_attributes() {
     let x: Vec<f32> = (0..16).map(|i| i as f32 * 0.5 - 4.0).collect();
     let ops: Vec<(UnaryOp, fn(f32) -> f32)> = vec![
         (UnaryOp::LeakyRelu(0.1), |v| if v >= 0.0 { v } else { 0.1 * v }),
-        (UnaryOp::HardSigmoid(0.2, 0.5), |v| (0.2 * v + 0.5).clamp(0.0, 1.0)),
+        (UnaryOp::HardSigmoid(0.2, 0.5), |v| {
+            (0.2 * v + 0.5).clamp(0.0, 1.0)
+        }),
         (UnaryOp::HardSwish, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
         (UnaryOp::Erf, erf_ref),
         (UnaryOp::Sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
         (UnaryOp::Tanh, f32::tanh),
         (UnaryOp::Round, |v| {
             let r = v.round();
-            if (v - v.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - v.signum() } else { r }
+            if (v - v.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+                r - v.signum()
+            } else {
+                r
+            }
         }),
         (UnaryOp::Softplus, |v| (1.0 + v.exp()).ln()),
     ];
@@ -74,7 +89,9 @@ fn erf_ref(x: f32) -> f32 {
                 + t * (0.37409196
                     + t * (0.09678418
                         + t * (-0.18628806
-                            + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
             .exp();
     (if x >= 0.0 { y } else { -y }) as f32
 }
@@ -103,12 +120,15 @@ fn where_compare_and_int_casts() {
             EwNode::Cast(DType::I32, 2),
         ],
     };
-    let out = run(vec![bools(&[3], &cond), f32s(&[4, 3], &a), i64s(&[12], &idx)], |b, x| {
-        Ok(vec![
-            elementwise(b, "lt", &prog_bool, &[&x[0], &x[1]], DType::Bool, &[4, 3])?,
-            elementwise(b, "sq", &prog_int, &[&x[2]], DType::I32, &[12])?,
-        ])
-    });
+    let out = run(
+        vec![bools(&[3], &cond), f32s(&[4, 3], &a), i64s(&[12], &idx)],
+        |b, x| {
+            Ok(vec![
+                elementwise(b, "lt", &prog_bool, &[&x[0], &x[1]], DType::Bool, &[4, 3])?,
+                elementwise(b, "sq", &prog_int, &[&x[2]], DType::I32, &[12])?,
+            ])
+        },
+    );
     let want: Vec<u8> = (0..12)
         .map(|i| {
             let v = if cond[i % 3] { a[i] } else { -a[i] };

@@ -7,7 +7,10 @@ fn validate(name: &str, src: &str) {
         Ok(m) => m,
         Err(e) => panic!("{name}: WGSL parse error:\n{}", e.emit_to_string(src)),
     };
-    let mut v = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all());
+    let mut v = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    );
     if let Err(e) = v.validate(&module) {
         panic!("{name}: WGSL validation error:\n{}", e.emit_to_string(src));
     }

@@ -59,10 +59,14 @@ pub(super) fn as_i64(t: &HostTensor) -> Vec<i64> {
 
 /// Deterministic pseudo-random values in [-1, 1).
 pub(super) fn rand(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -92,8 +96,12 @@ pub(super) fn run(
         };
         b.output(&format!("out{k}"), host, o);
     }
-    let plan = Arc::new(b.finish().unwrap_or_else(|e| panic!("finishing the plan failed: {e}")));
-    pollster::block_on(plan::run(&ctx, plan, inputs)).unwrap_or_else(|e| panic!("running the plan failed: {e}"))
+    let plan = Arc::new(
+        b.finish()
+            .unwrap_or_else(|e| panic!("finishing the plan failed: {e}")),
+    );
+    pollster::block_on(plan::run(&ctx, plan, inputs))
+        .unwrap_or_else(|e| panic!("running the plan failed: {e}"))
 }
 
 /// Asserts `got` is within `atol + rtol * |want|` of `want`, elementwise.
