@@ -31,18 +31,26 @@ pub enum GrpcCode {
     DeadlineExceeded = 4,
     /// Some requested entity was not found.
     NotFound = 5,
+    /// The entity a client tried to create already exists.
+    AlreadyExists = 6,
     /// The caller does not have permission.
     PermissionDenied = 7,
     /// A resource (quota, message size) has been exhausted.
     ResourceExhausted = 8,
     /// The system is not in a state required for the operation.
     FailedPrecondition = 9,
+    /// The operation was aborted (concurrency conflict).
+    Aborted = 10,
+    /// The operation went past the valid range.
+    OutOfRange = 11,
     /// The operation is not implemented or not supported.
     Unimplemented = 12,
     /// Internal error.
     Internal = 13,
     /// The service is currently unavailable; a retry may succeed.
     Unavailable = 14,
+    /// Unrecoverable data loss or corruption.
+    DataLoss = 15,
     /// The request does not have valid authentication credentials.
     Unauthenticated = 16,
 }
@@ -51,6 +59,31 @@ impl GrpcCode {
     /// The numeric code as it appears in `grpc-status`.
     pub fn as_u16(self) -> u16 {
         self as u16
+    }
+
+    /// The code with this number, if it is one.
+    pub fn from_u32(code: u32) -> Option<GrpcCode> {
+        use GrpcCode::*;
+        const ALL: [GrpcCode; 17] = [
+            Ok,
+            Cancelled,
+            Unknown,
+            InvalidArgument,
+            DeadlineExceeded,
+            NotFound,
+            AlreadyExists,
+            PermissionDenied,
+            ResourceExhausted,
+            FailedPrecondition,
+            Aborted,
+            OutOfRange,
+            Unimplemented,
+            Internal,
+            Unavailable,
+            DataLoss,
+            Unauthenticated,
+        ];
+        ALL.into_iter().find(|c| u32::from(c.as_u16()) == code)
     }
 
     /// The gRPC code for an HTTP status the gateway answers with, following
@@ -78,6 +111,8 @@ pub enum ErrorKind {
     BadRequest,
     /// No route matches the request (404 / UNIMPLEMENTED, as gRPC maps 404).
     NoRoute,
+    /// The caller could not be identified and the rules refuse unidentified callers (401 / UNAUTHENTICATED).
+    Unauthenticated,
     /// The request body is larger than the listener allows (413 / RESOURCE_EXHAUSTED).
     PayloadTooLarge,
     /// A protocol upgrade (WebSocket, …) or CONNECT, which the gateway does not proxy (501 / UNIMPLEMENTED).
@@ -111,6 +146,7 @@ impl ErrorKind {
         match self {
             ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
+            ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
@@ -127,6 +163,7 @@ impl ErrorKind {
         match self {
             ErrorKind::BadRequest => GrpcCode::InvalidArgument,
             ErrorKind::NoRoute | ErrorKind::Unsupported => GrpcCode::Unimplemented,
+            ErrorKind::Unauthenticated => GrpcCode::Unauthenticated,
             ErrorKind::PayloadTooLarge | ErrorKind::QuotaExceeded => GrpcCode::ResourceExhausted,
             ErrorKind::FaultAbort { status, grpc } => {
                 grpc.unwrap_or_else(|| GrpcCode::from_http_status(*status))
@@ -142,6 +179,7 @@ impl ErrorKind {
         match self {
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::NoRoute => "no_route",
+            ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::QuotaExceeded => "quota_exceeded",
@@ -161,7 +199,7 @@ impl ErrorKind {
 pub struct GatewayError {
     kind: ErrorKind,
     message: String,
-    headers: HeaderMap,
+    headers: Option<Box<HeaderMap>>,
 }
 
 impl GatewayError {
@@ -170,13 +208,13 @@ impl GatewayError {
         GatewayError {
             kind,
             message: message.into(),
-            headers: HeaderMap::new(),
+            headers: None,
         }
     }
 
     /// Adds a header to the error response (e.g. `Retry-After`).
     pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
-        self.headers.append(name, value);
+        self.headers.get_or_insert_with(Default::default).append(name, value);
         self
     }
 
@@ -191,8 +229,8 @@ impl GatewayError {
     }
 
     /// The extra headers the response carries.
-    pub fn headers(&self) -> &HeaderMap {
-        &self.headers
+    pub fn headers(&self) -> Option<&HeaderMap> {
+        self.headers.as_deref()
     }
 
     /// Builds the response for a caller speaking plain HTTP (`grpc == false`) or gRPC.
@@ -217,7 +255,7 @@ impl GatewayError {
         };
         let h = response.headers_mut();
         h.insert(ERROR_ORIGIN, HeaderValue::from_static("gateway"));
-        for (name, value) in &self.headers {
+        for (name, value) in self.headers.iter().flat_map(|h| h.iter()) {
             h.append(name.clone(), value.clone());
         }
         response

@@ -3,20 +3,26 @@
 //! Data path (this crate's `listener`, `pipeline`, `upstream`, …) and per-request policies (`route`, `split`,
 //! `quota`, `retry`, …) are separate modules; `docs/gateway.md` is the operations guide.
 
+pub mod admin;
 pub mod bridge;
 pub mod caller;
 pub mod canary;
+pub mod config_state;
 pub mod error;
 pub mod fault;
 pub mod headers;
+pub mod listener;
 pub mod metrics;
 pub mod mirror;
+pub mod pipeline;
 pub mod proxy;
 pub mod quota;
 pub mod retry;
 pub mod route;
+pub mod server;
 pub mod split;
 pub mod timeout;
+pub mod tls;
 pub mod upstream;
 
 pub use proxy::{Body, BoxError};

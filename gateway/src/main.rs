@@ -1,3 +1,205 @@
-//! `infergate-gateway`: the sidecar binary.
+//! `infergate-gateway`: the sidecar binary. `infergate-gateway --config FILE` runs it; `infergate-gateway
+//! check FILE` validates a routes file (exit 0 when valid, 1 with every problem listed).
 
-fn main() {}
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use infergate_config::load_gateway_config;
+use infergate_gateway::config_state::RuntimeState;
+use infergate_gateway::server::{Gateway, Overrides};
+
+/// The infergate sidecar gateway.
+#[derive(Debug, Parser)]
+#[command(name = "infergate-gateway", version, about)]
+struct Cli {
+    /// The routes file (YAML): listeners, upstreams, callers, routes. Watched and reloaded when it changes.
+    #[arg(long, env = "INFERGATE_GATEWAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Data listener address, overriding `listeners.data.address`.
+    #[arg(long, env = "INFERGATE_GATEWAY_DATA_ADDRESS")]
+    data_address: Option<SocketAddr>,
+    /// Admin listener address, overriding `listeners.admin.address`.
+    #[arg(long, env = "INFERGATE_GATEWAY_ADMIN_ADDRESS")]
+    admin_address: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a routes file: exit 0 when valid, 1 with every problem listed.
+    Check {
+        /// The routes file.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match cli.command {
+        Some(Command::Check { file }) => check(&file),
+        None => match run(cli) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("infergate-gateway: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("INFERGATE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn hash(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+fn check(file: &Path) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: cannot read the file: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let (config, warnings) = match load_gateway_config(&text, file) {
+        Ok(pair) => pair,
+        Err(diags) => {
+            eprintln!("{diags}");
+            eprintln!(
+                "{}: {} problem(s); nothing was applied",
+                file.display(),
+                diags.errors().count()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    for w in warnings.iter() {
+        eprintln!("{w}");
+    }
+    // Compile too (TLS files, routes), exactly as a running gateway would.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let compiled = rt.block_on(async { RuntimeState::new(&config.rules, hash(&text), 0).map(|_| ()) });
+    match compiled {
+        Ok(()) => {
+            println!(
+                "{}: OK ({} upstreams, {} routes)",
+                file.display(),
+                config.rules.upstreams.len(),
+                config.rules.routes.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let path = cli
+        .config
+        .context("no config file given: pass --config FILE (or set INFERGATE_GATEWAY_CONFIG), or run 'infergate-gateway check FILE'")?;
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (config, warnings) = load_gateway_config(&text, &path).map_err(|d| anyhow::anyhow!("{d}"))?;
+    for w in warnings.iter() {
+        tracing::warn!("{w}");
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(n) = config.listeners.worker_threads {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.build().context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let overrides = Overrides {
+            data: cli.data_address,
+            admin: cli.admin_address,
+        };
+        let gateway = Gateway::start(config, hash(&text), overrides).await?;
+        let watcher = tokio::spawn(watch(Arc::clone(&gateway), path.clone(), hash(&text)));
+        wait_for_signal().await?;
+        tracing::info!("shutting down: no new connections, draining in-flight requests");
+        watcher.abort();
+        let left = gateway.shutdown().await;
+        tracing::info!(left_open = left, "stopped");
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// Watches the routes file: its content is read every second (and at once on SIGHUP) and applied when its
+/// hash changes. Reading the path each time follows in-place writes, rename-over, delete + recreate and the
+/// Kubernetes `..data` symlink swap alike.
+async fn watch(gateway: Arc<Gateway>, path: PathBuf, mut last: String) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last_missing = false;
+    loop {
+        match &mut hup {
+            Some(h) => {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = h.recv() => tracing::info!("SIGHUP: reading the config again"),
+                }
+            }
+            None => {
+                tick.tick().await;
+            }
+        }
+        let text = match tokio::fs::read_to_string(&path).await {
+            Ok(t) => {
+                last_missing = false;
+                t
+            }
+            Err(e) => {
+                // Mid-swap the file may be briefly missing; say so once.
+                if !last_missing {
+                    tracing::warn!(file = %path.display(), error = %e, "cannot read the config; the running rules stay");
+                }
+                last_missing = true;
+                continue;
+            }
+        };
+        let h = hash(&text);
+        if h == last {
+            continue;
+        }
+        last = h.clone();
+        // Errors are logged, counted and served on /config/errors by reload_text.
+        let _ = gateway.reload_text(&text, &path, h);
+    }
+}

@@ -1,0 +1,389 @@
+//! The data listener: accepts TCP (optionally TLS) connections and serves HTTP/1.1 and HTTP/2 (h2c by prior
+//! knowledge in clear text, h2 by ALPN over TLS) on one port, with the connection limits that keep a sidecar
+//! alive under hostile clients: header size and count, header read timeout (slowloris), idle timeout,
+//! HTTP/2 stream limits, rapid-reset and CONTINUATION-flood guards.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::metrics as m;
+use crate::proxy::Body;
+use crate::tls::PeerIdentity;
+
+/// Per-connection limits of the data listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Largest HTTP/1.1 request head / HTTP/2 header list, bytes.
+    pub max_header_bytes: usize,
+    /// Most headers in one HTTP/1.1 request.
+    pub max_headers: usize,
+    /// Time a client has to send its request head (HTTP/1.1), its first bytes, and its TLS handshake.
+    pub header_read_timeout: Duration,
+    /// A connection without requests in flight for this long is closed gracefully.
+    pub idle_timeout: Duration,
+    /// HTTP/2 streams a client may have open at once.
+    pub h2_max_concurrent_streams: u32,
+    /// HTTP/2 streams a client may reset before the server accepts them (rapid reset, CVE-2023-44487).
+    pub h2_max_pending_accept_reset_streams: usize,
+    /// HTTP/2 streams reset by the server for client protocol errors before the connection is closed.
+    pub h2_max_local_error_reset_streams: usize,
+    /// Largest request body, bytes; larger ones get 413.
+    pub max_request_body: u64,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_header_bytes: 16 << 10,
+            max_headers: 100,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            h2_max_concurrent_streams: 200,
+            h2_max_pending_accept_reset_streams: 20,
+            h2_max_local_error_reset_streams: 1024,
+            max_request_body: 64 << 20,
+        }
+    }
+}
+
+impl From<&infergate_config::ConnectionLimits> for ConnLimits {
+    fn from(c: &infergate_config::ConnectionLimits) -> Self {
+        ConnLimits {
+            max_header_bytes: usize::try_from(c.max_header_bytes.0).unwrap_or(usize::MAX),
+            max_headers: c.max_headers,
+            header_read_timeout: c.header_read_timeout,
+            idle_timeout: c.idle_timeout,
+            h2_max_concurrent_streams: c.h2_max_concurrent_streams,
+            h2_max_pending_accept_reset_streams: c.h2_max_pending_accept_reset_streams,
+            h2_max_local_error_reset_streams: c.h2_max_local_error_reset_streams,
+            max_request_body: c.max_request_body.0,
+        }
+    }
+}
+
+/// What the gateway knows about the connection a request came on.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The listener's address.
+    pub local: SocketAddr,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// The verified client-certificate identity (mTLS), if any.
+    pub identity: Option<PeerIdentity>,
+}
+
+impl ConnInfo {
+    /// The caller facts that caller identification reads.
+    pub fn facts(&self) -> crate::caller::ConnectionFacts<'_> {
+        crate::caller::ConnectionFacts {
+            tls_identity: self.identity.as_ref().and_then(PeerIdentity::primary),
+            peer_ip: Some(self.peer.ip()),
+        }
+    }
+}
+
+/// Counts open connections and lets shutdown wait for them to finish.
+#[derive(Debug, Default)]
+pub struct ConnTracker {
+    open: AtomicUsize,
+    closed: Notify,
+}
+
+impl ConnTracker {
+    /// Open connections now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Waits until every connection has closed, or `limit` has passed; returns the connections still open.
+    pub async fn wait_closed(&self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        loop {
+            let notified = self.closed.notified();
+            if self.open() == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.open();
+            }
+        }
+    }
+
+    fn enter(self: &Arc<Self>) -> ConnGuard {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        metrics::gauge!(m::OPEN_CONNECTIONS, "listener" => "data").increment(1.0);
+        ConnGuard(Arc::clone(self))
+    }
+}
+
+struct ConnGuard(Arc<ConnTracker>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        metrics::gauge!(m::OPEN_CONNECTIONS, "listener" => "data").decrement(1.0);
+        self.0.closed.notify_waiters();
+    }
+}
+
+/// Request activity on one connection, for the idle timeout.
+struct Activity {
+    in_flight: AtomicUsize,
+    seen_request: AtomicBool,
+    last: std::sync::Mutex<Instant>,
+}
+
+impl Activity {
+    fn touch(&self) {
+        if let Ok(mut l) = self.last.lock() {
+            *l = Instant::now();
+        }
+    }
+
+    /// When the connection becomes idle-expired if nothing happens (None while requests are in flight).
+    fn deadline(&self, limits: &ConnLimits) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let last = self.last.lock().map(|l| *l).ok()?;
+        let allowed = if self.seen_request.load(Ordering::Acquire) {
+            limits.idle_timeout
+        } else {
+            limits.header_read_timeout.min(limits.idle_timeout)
+        };
+        Some(last + allowed)
+    }
+}
+
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Builds the hyper connection builder with the limits applied (and hyper's timer set: without it the
+/// header read timeout does nothing).
+pub fn http_builder(limits: &ConnLimits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .max_headers(limits.max_headers)
+        .keep_alive(true);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.h2_max_concurrent_streams)
+        .max_pending_accept_reset_streams(limits.h2_max_pending_accept_reset_streams)
+        .max_local_error_reset_streams(limits.h2_max_local_error_reset_streams)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .adaptive_window(true);
+    b
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true, serving each with `handler`. Connections
+/// open at shutdown are told to finish (HTTP/1.1 `Connection: close` after the response in flight, HTTP/2
+/// `GOAWAY`); `tracker` counts them so the caller can wait for the drain.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: ConnLimits,
+    handler: H,
+    mut shutdown: watch::Receiver<bool>,
+    tracker: Arc<ConnTracker>,
+) where
+    H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let builder = Arc::new(http_builder(&limits));
+    let limits = Arc::new(limits);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let local = listener.local_addr().ok();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = signalled(&mut shutdown) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let guard = tracker.enter();
+        let conn = ConnSetup {
+            builder: Arc::clone(&builder),
+            limits: Arc::clone(&limits),
+            acceptor: acceptor.clone(),
+            local: local.unwrap_or(peer),
+            peer,
+            shutdown: shutdown.clone(),
+        };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            conn.run(stream, handler).await;
+            drop(guard);
+        });
+    }
+}
+
+struct ConnSetup {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: Arc<ConnLimits>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    local: SocketAddr,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl ConnSetup {
+    async fn run<H, F>(self, stream: TcpStream, handler: H)
+    where
+        H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response<Body>> + Send + 'static,
+    {
+        match &self.acceptor {
+            None => {
+                metrics::counter!(m::CONNECTIONS, "listener" => "data", "protocol" => "tcp").increment(1);
+                let info = ConnInfo {
+                    peer: self.peer,
+                    local: self.local,
+                    tls: false,
+                    identity: None,
+                };
+                self.serve_io(stream, info, handler).await;
+            }
+            Some(acceptor) => {
+                let handshake = acceptor.accept(stream);
+                let tls = match tokio::time::timeout(self.limits.header_read_timeout, handshake).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        metrics::counter!(m::TLS_HANDSHAKE_FAILURES, "listener" => "data").increment(1);
+                        tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        metrics::counter!(m::TLS_HANDSHAKE_FAILURES, "listener" => "data").increment(1);
+                        tracing::debug!(peer = %self.peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                metrics::counter!(m::CONNECTIONS, "listener" => "data", "protocol" => "tls").increment(1);
+                let identity = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .and_then(|c| PeerIdentity::from_der(c));
+                let info = ConnInfo {
+                    peer: self.peer,
+                    local: self.local,
+                    tls: true,
+                    identity,
+                };
+                self.serve_io(tls, info, handler).await;
+            }
+        }
+    }
+
+    async fn serve_io<I, H, F>(self, io: I, info: ConnInfo, handler: H)
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+        H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let info = Arc::new(info);
+        let activity = Arc::new(Activity {
+            in_flight: AtomicUsize::new(0),
+            seen_request: AtomicBool::new(false),
+            last: std::sync::Mutex::new(Instant::now()),
+        });
+        let svc = {
+            let activity = Arc::clone(&activity);
+            let info = Arc::clone(&info);
+            service_fn(move |req: Request<Incoming>| {
+                activity.in_flight.fetch_add(1, Ordering::AcqRel);
+                activity.seen_request.store(true, Ordering::Release);
+                let in_flight = InFlight(Arc::clone(&activity));
+                let fut = handler(Arc::clone(&info), req);
+                async move {
+                    let resp = fut.await;
+                    drop(in_flight);
+                    Ok::<_, Infallible>(resp)
+                }
+            })
+        };
+        let builder = Arc::clone(&self.builder);
+        let conn = builder.serve_connection(TokioIo::new(io), svc);
+        tokio::pin!(conn);
+        let mut shutdown = self.shutdown.clone();
+        let limits = Arc::clone(&self.limits);
+        let mut closing = *shutdown.borrow();
+        if closing {
+            conn.as_mut().graceful_shutdown();
+        }
+        loop {
+            let deadline = activity.deadline(&limits);
+            let idle = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    // Requests in flight: look again a little later.
+                    None => tokio::time::sleep(limits.idle_timeout).await,
+                }
+            };
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(peer = %info.peer, error = %e, "client connection ended with an error");
+                    }
+                    return;
+                }
+                _ = signalled(&mut shutdown), if !closing => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                _ = idle, if !closing => {
+                    if let Some(d) = activity.deadline(&limits) && Instant::now() >= d {
+                        if !activity.seen_request.load(Ordering::Acquire) {
+                            // Connected but never sent a request: a slow or silent client. Close hard.
+                            tracing::debug!(peer = %info.peer, "closing a connection that sent no request in time");
+                            return;
+                        }
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once `rx` holds `true` (or its sender is gone).
+pub(crate) async fn signalled(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}

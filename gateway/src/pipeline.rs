@@ -1,0 +1,553 @@
+//! The request pipeline: one request from arrival to response.
+//!
+//! Each request loads ONE snapshot of the running rules and keeps it to the end, so a reload never changes
+//! the rules under a request in flight. The stages, in order: protocol checks (CONNECT, upgrades, body
+//! size) → `x-request-id` → route match (for gRPC, the model name peeked from the body) → fault injection →
+//! caller identification and quota → canary split and model-version rewrite → retries and timeouts around
+//! the upstream call → mirroring → response headers, metrics and canary bookkeeping.
+
+mod observe;
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use http::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
+use http::{Method, Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use crate::bridge;
+use crate::caller::Caller;
+use crate::config_state::{Rules, RuntimeState};
+use crate::error::{ErrorKind, GatewayError, GrpcCode};
+use crate::headers::{self, UpgradeRequest};
+use crate::listener::ConnInfo;
+use crate::metrics as m;
+use crate::proxy::{Body, BoxError, boxed};
+use crate::quota::QuotaDecision;
+use crate::retry::{self, ReplayBody, RetryError, UpstreamFailure};
+use crate::route::grpc::{GrpcPeek, peek_model};
+use crate::route::{ModelRef, RequestFacts};
+use crate::split::{rewrite_grpc_version, rewrite_rest_path};
+use crate::upstream::{FailureKind, Upstream, UpstreamBody, UpstreamError};
+use observe::Observed;
+
+/// How much of a gRPC body is read to find `model_name` when routes match on the model.
+const PEEK_LIMIT: usize = 4 << 20;
+
+/// The body type requests carry once past the listener.
+type ReqBody = ReplayBody<Body>;
+
+/// Handles one request on `state`'s running rules. Never fails: every error becomes a response here.
+pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let grpc = bridge::is_grpc(req.headers());
+    let rules = state.snapshot();
+    let mut labels = Labels::default();
+    let mut req = req;
+    let request_id = headers::ensure_request_id(req.headers_mut());
+    let result = run(&state, &rules, &conn, req, started, &mut labels).await;
+    let mut resp = match result {
+        Ok(resp) => resp,
+        Err(e) => {
+            labels.outcome = e.kind().as_str();
+            if matches!(e.kind(), ErrorKind::Internal) {
+                tracing::error!(error = %e, "internal gateway error");
+            } else {
+                tracing::debug!(error = %e, kind = e.kind().as_str(), "request refused by the gateway");
+            }
+            e.into_response(grpc)
+        }
+    };
+    resp.headers_mut().insert(headers::REQUEST_ID, request_id);
+    labels.record(resp.status().as_u16(), started);
+    resp
+}
+
+/// Metric labels gathered along the way.
+struct Labels {
+    route: Arc<str>,
+    destination: Arc<str>,
+    upstream: Arc<str>,
+    outcome: &'static str,
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        let none: Arc<str> = Arc::from("none");
+        Labels {
+            route: none.clone(),
+            destination: none.clone(),
+            upstream: none,
+            outcome: "success",
+        }
+    }
+}
+
+impl Labels {
+    fn record(&self, status: u16, started: Instant) {
+        metrics::counter!(m::REQUESTS,
+            "route" => self.route.to_string(),
+            "destination" => self.destination.to_string(),
+            "upstream" => self.upstream.to_string(),
+            "outcome" => self.outcome,
+            "status_class" => m::status_class(status))
+        .increment(1);
+        metrics::histogram!(m::REQUEST_DURATION,
+            "route" => self.route.to_string(),
+            "destination" => self.destination.to_string())
+        .record(started.elapsed().as_secs_f64());
+    }
+}
+
+async fn run(
+    state: &Arc<RuntimeState>,
+    rules: &Arc<Rules>,
+    conn: &Arc<ConnInfo>,
+    req: Request<Incoming>,
+    started: Instant,
+    labels: &mut Labels,
+) -> Result<Response<Body>, GatewayError> {
+    let grpc = bridge::is_grpc(req.headers());
+    check_protocol(&req)?;
+    let max_body = state.max_request_body();
+    if let Some(len) = content_length(&req)
+        && len > max_body
+    {
+        return Err(too_large(max_body));
+    }
+
+    let (mut parts, body) = req.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    headers::append_forwarded_for(&mut parts.headers, conn.peer.ip());
+    let body: Body = Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)).boxed_unsync();
+
+    // gRPC routes that match on the model need the model name from the body before matching.
+    let mut body = if grpc && rules.routes.uses_model_match() {
+        buffer(body, PEEK_LIMIT, max_body).await?
+    } else {
+        ReplayBody::Once {
+            prefix: Default::default(),
+            rest: body,
+        }
+    };
+    let peeked = if grpc && rules.routes.uses_model_match() {
+        peek_model(body.first_bytes())
+    } else {
+        GrpcPeek::Missing
+    };
+    let model = match &peeked {
+        GrpcPeek::Found { name, version } => Some(ModelRef {
+            name,
+            version: *version,
+        }),
+        _ => None,
+    };
+    let facts = {
+        let f = RequestFacts::new(&parts.method, &parts.uri, &parts.headers);
+        if grpc { f.with_model(model) } else { f }
+    };
+    let Some(route) = rules.routes.match_request(&facts) else {
+        return Err(no_route(rules, &facts, &peeked));
+    };
+    labels.route = Arc::clone(&route.name);
+
+    // Fault injection (drills): delay, then maybe abort, before anything else is charged.
+    if let Some(fault) = &route.fault {
+        let d = fault.decide();
+        if let Some(delay) = d.delay {
+            metrics::counter!(m::FAULTS_INJECTED, "route" => route.name.to_string(), "kind" => "delay")
+                .increment(1);
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(abort) = d.abort {
+            metrics::counter!(m::FAULTS_INJECTED, "route" => route.name.to_string(), "kind" => "abort")
+                .increment(1);
+            let status = http::StatusCode::from_u16(abort.http_status.as_u16())
+                .unwrap_or(http::StatusCode::SERVICE_UNAVAILABLE);
+            return Err(GatewayError::new(
+                ErrorKind::FaultAbort {
+                    status,
+                    grpc: abort.grpc_code.and_then(GrpcCode::from_u32),
+                },
+                format!(
+                    "fault injected by route '{}' (abort {})",
+                    route.name,
+                    status.as_u16()
+                ),
+            ));
+        }
+    }
+
+    // Caller identification and quota.
+    let Some(caller) = rules.routes.callers().identify(&parts.headers, conn.facts()) else {
+        return Err(GatewayError::new(
+            ErrorKind::Unauthenticated,
+            format!(
+                "route '{}' needs an identified caller ({}); send the caller header or a client certificate",
+                route.name,
+                describe_sources(rules)
+            ),
+        ));
+    };
+    let quota = match &route.quota {
+        Some(q) => state.quotas().check(q, &caller, Instant::now()),
+        None => None,
+    };
+    if let Some(d) = &quota
+        && !d.allowed
+    {
+        metrics::counter!(m::QUOTA_REJECTIONS, "route" => route.name.to_string()).increment(1);
+        return Err(over_quota(&route.name, &caller, d));
+    }
+
+    // Canary split.
+    let canary = route.canary.as_ref();
+    let choice = route
+        .split
+        .choose_with(&parts.headers, &caller, &route.weights(), rand::random());
+    let dest = &route.split.destinations()[choice.index];
+    labels.destination = Arc::clone(&dest.name);
+    labels.upstream = Arc::clone(&dest.upstream);
+    let Some(upstream) = rules.upstreams.get(&dest.upstream) else {
+        return Err(GatewayError::new(
+            ErrorKind::Internal,
+            format!(
+                "route '{}' names upstream '{}', which the running rules lack",
+                route.name, dest.upstream
+            ),
+        ));
+    };
+
+    // Replay buffering: for retries, mirroring and gRPC version rewrites.
+    let policy = &route.retry;
+    let mirror = route.mirror.as_ref().filter(|mp| mp.sample());
+    let needs_whole = policy.retries() || mirror.is_some() || (grpc && dest.model_version.is_some());
+    if needs_whole && !body.is_replayable() {
+        body = match body {
+            ReplayBody::Once { prefix, rest } if prefix.is_empty() => {
+                buffer(rest, policy.max_replay_bytes, max_body).await?
+            }
+            other => other,
+        };
+    }
+    if let Some(version) = &dest.model_version {
+        if grpc {
+            let Some(bytes) = body.bytes() else {
+                return Err(GatewayError::new(
+                    ErrorKind::PayloadTooLarge,
+                    format!(
+                        "route '{}' rewrites the model version, which needs the whole gRPC request in memory, but it is larger than max_replay_body ({} bytes)",
+                        route.name, policy.max_replay_bytes
+                    ),
+                ));
+            };
+            match rewrite_grpc_version(bytes, version) {
+                Ok(rewritten) => body = ReplayBody::full(rewritten.into_bytes()),
+                Err(e) => {
+                    return Err(GatewayError::new(
+                        ErrorKind::BadRequest,
+                        format!("cannot set model_version '{version}' in the gRPC request: {e}"),
+                    ));
+                }
+            }
+        } else if let Some(uri) = rewrite_rest_path(&parts.uri, version) {
+            parts.uri = uri;
+        }
+    }
+
+    // Mirror a copy (fire and forget) before the real call, so the copy never waits on the response.
+    if let Some(mp) = mirror
+        && let Some(copy) = body.try_clone()
+        && let Some(shadow) = rules.upstreams.get(&mp.upstream)
+    {
+        let mut mreq = Request::new(copy);
+        *mreq.method_mut() = parts.method.clone();
+        *mreq.uri_mut() = parts.uri.clone();
+        *mreq.headers_mut() = parts.headers.clone();
+        mp.spawn(UpstreamService(Arc::clone(shadow)), mreq);
+    }
+
+    // Retries and timeouts around the upstream call.
+    let deadline = route.timeout.deadline(&parts.headers, started);
+    let req = Request::from_parts(parts, body);
+    let result = send_upstream(
+        UpstreamService(Arc::clone(upstream)),
+        req,
+        policy,
+        &route.retry_budget,
+        deadline,
+        &route.name,
+    )
+    .await;
+    let outcome = match result {
+        Ok(resp) => resp,
+        Err(e) => {
+            if let Some(c) = canary {
+                c.record(choice.index, true, started.elapsed(), Instant::now());
+            }
+            return Err(retry_error(&route.name, e));
+        }
+    };
+    let info = outcome
+        .extensions()
+        .get::<retry::RetryInfo>()
+        .copied()
+        .unwrap_or_default();
+    if info.tries > 1 {
+        metrics::counter!(m::RETRIES, "route" => route.name.to_string(), "upstream" => dest.upstream.to_string())
+            .increment(u64::from(info.tries - 1));
+    }
+    let resp = bridge::from_upstream(outcome);
+    let status = resp.status();
+    labels.outcome = if status.is_server_error() {
+        "upstream_error"
+    } else {
+        "success"
+    };
+    let (mut rparts, rbody) = resp.into_parts();
+    if let Some(d) = &quota {
+        rate_limit_headers(&mut rparts.headers, d);
+    }
+    let body: Body = match canary {
+        Some(c) => {
+            let header_grpc = retry::grpc_status(&rparts.headers);
+            let c = Arc::clone(c);
+            let index = choice.index;
+            boxed(Observed::new(rbody, move |trailer_grpc, failed| {
+                let error = failed || crate::canary::is_error(Some(status), trailer_grpc.or(header_grpc));
+                c.record(index, error, started.elapsed(), Instant::now());
+            }))
+        }
+        None => boxed(rbody),
+    };
+    Ok(Response::from_parts(rparts, body))
+}
+
+type RetryResult = Result<Response<retry::RetryBody<UpstreamBody>>, RetryError<UpstreamError>>;
+
+/// Boxes the retry loop's future. Awaiting `retry::send` directly inside `run` makes the request future fail
+/// the `Send` check (rustc's higher-ranked lifetime erasure on `dyn Error + 'static` inside the body type);
+/// proving `Send` here, outside the async body, sidesteps it.
+fn send_upstream<'a>(
+    svc: UpstreamService,
+    req: Request<ReqBody>,
+    policy: &'a retry::RetryPolicy,
+    budget: &'a retry::RetryBudget,
+    deadline: Option<Instant>,
+    route: &'a str,
+) -> BoxFuture<'a, RetryResult> {
+    Box::pin(retry::send(svc, req, policy, budget, deadline, route))
+}
+
+/// A tower service sending one try to an upstream; what the retry and mirror policies call.
+#[derive(Clone)]
+pub struct UpstreamService(pub Arc<Upstream>);
+
+// Implemented for the one concrete body type only: a generic `B::Error: Into<BoxError>` bound here makes the
+// pipeline's future fail the `Send` check (higher-ranked lifetime inference on `dyn Error + 'static`).
+impl tower::Service<Request<ReqBody>> for UpstreamService {
+    type Response = Response<UpstreamBody>;
+    type Error = UpstreamError;
+    type Future = BoxFuture<'static, Result<Response<UpstreamBody>, UpstreamError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Limits are applied per call (immediate refusal), not by readiness.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let upstream = Arc::clone(&self.0);
+        Box::pin(async move {
+            let started = Instant::now();
+            let r = upstream.send(req.map(|b| b.boxed_unsync())).await;
+            let outcome = match &r {
+                Ok(resp) => m::status_class(resp.status().as_u16()),
+                Err(e) => e.kind().as_str(),
+            };
+            metrics::counter!(m::UPSTREAM_TRIES, "upstream" => upstream.name().to_string(), "outcome" => outcome).increment(1);
+            let _ = started;
+            r
+        })
+    }
+}
+
+impl retry::UpstreamError for UpstreamError {
+    fn failure(&self) -> UpstreamFailure {
+        match self.kind() {
+            FailureKind::ConnectFailure => UpstreamFailure::ConnectFailure,
+            FailureKind::RefusedStream => UpstreamFailure::RefusedStream,
+            FailureKind::Reset | FailureKind::Timeout => UpstreamFailure::Reset,
+            FailureKind::Overloaded => UpstreamFailure::Overloaded,
+            FailureKind::NoEndpoints
+            | FailureKind::Protocol
+            | FailureKind::RequestBodyTooLarge
+            | FailureKind::RequestBody => UpstreamFailure::Other,
+        }
+    }
+}
+
+fn check_protocol<B>(req: &Request<B>) -> Result<(), GatewayError> {
+    if req.method() == Method::CONNECT {
+        return Err(GatewayError::new(
+            ErrorKind::Unsupported,
+            "the gateway does not proxy CONNECT (tunnels); send plain HTTP or gRPC requests",
+        ));
+    }
+    if let UpgradeRequest::Protocol(p) = headers::upgrade_request(req.headers()) {
+        return Err(GatewayError::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the gateway does not proxy protocol upgrades (Upgrade: {p}); send plain HTTP/1.1, HTTP/2 or gRPC"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn content_length<B>(req: &Request<B>) -> Option<u64> {
+    req.headers()
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn too_large(max: u64) -> GatewayError {
+    GatewayError::new(
+        ErrorKind::PayloadTooLarge,
+        format!(
+            "the request body is larger than the gateway's limit of {max} bytes (listeners.limits.max_request_body)"
+        ),
+    )
+}
+
+/// Reads `body` into memory up to `limit` (beyond it, the rest streams and the body is not replayable).
+async fn buffer(body: Body, limit: usize, max_body: u64) -> Result<ReqBody, GatewayError> {
+    retry::buffer_body(body, limit)
+        .await
+        .map_err(|e| body_error(e, max_body))
+}
+
+fn body_error(e: BoxError, max_body: u64) -> GatewayError {
+    if e.is::<http_body_util::LengthLimitError>() {
+        too_large(max_body)
+    } else {
+        GatewayError::new(
+            ErrorKind::BadRequest,
+            format!("reading the request body failed: {e}"),
+        )
+    }
+}
+
+fn no_route(rules: &Rules, facts: &RequestFacts<'_>, peeked: &GrpcPeek<'_>) -> GatewayError {
+    let names: Vec<&str> = rules.routes.routes().iter().map(|r| &*r.name).collect();
+    let mut msg = format!(
+        "no route matches {} {} (host {}, model {})",
+        facts.method,
+        facts.path,
+        facts.host.unwrap_or("-"),
+        facts.model.map_or("-", |m| m.name)
+    );
+    if let GrpcPeek::Compressed = peeked {
+        msg.push_str("; the gRPC message is compressed, so its model_name could not be read");
+    }
+    if names.is_empty() {
+        msg.push_str("; the running rules have no routes");
+    } else {
+        msg.push_str(&format!("; routes: {}", names.join(", ")));
+    }
+    GatewayError::new(ErrorKind::NoRoute, msg)
+}
+
+fn describe_sources(rules: &Rules) -> String {
+    rules
+        .routes
+        .callers()
+        .sources
+        .sources()
+        .iter()
+        .map(|s| match s {
+            crate::caller::CallerSource::Header(h) => format!("header {h}"),
+            crate::caller::CallerSource::MtlsIdentity => "mTLS identity".to_string(),
+            crate::caller::CallerSource::PeerAddress => "peer address".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn over_quota(route: &str, caller: &Caller<'_>, d: &QuotaDecision) -> GatewayError {
+    let mut e = GatewayError::new(
+        ErrorKind::QuotaExceeded,
+        format!(
+            "caller {caller} is over its quota on route '{route}' ({} requests per bucket); retry in {} s",
+            d.limit,
+            d.retry_after_secs()
+        ),
+    )
+    .with_header(
+        HeaderName::from_static("retry-after"),
+        HeaderValue::from(d.retry_after_secs()),
+    );
+    let mut h = http::HeaderMap::new();
+    rate_limit_headers(&mut h, d);
+    for (k, v) in &h {
+        e = e.with_header(k.clone(), v.clone());
+    }
+    e
+}
+
+fn rate_limit_headers(h: &mut http::HeaderMap, d: &QuotaDecision) {
+    h.insert(
+        HeaderName::from_static("ratelimit-limit"),
+        HeaderValue::from(d.limit),
+    );
+    h.insert(
+        HeaderName::from_static("ratelimit-remaining"),
+        HeaderValue::from(d.remaining),
+    );
+    h.insert(
+        HeaderName::from_static("ratelimit-reset"),
+        HeaderValue::from(d.reset_secs()),
+    );
+}
+
+fn retry_error(route: &str, e: RetryError<UpstreamError>) -> GatewayError {
+    match e {
+        RetryError::DeadlineExceeded { info } => GatewayError::new(
+            ErrorKind::Timeout,
+            format!(
+                "route '{route}': the upstream did not answer within the request deadline ({} tries)",
+                info.tries
+            ),
+        ),
+        RetryError::PerTryTimeout { timeout, info } => GatewayError::new(
+            ErrorKind::Timeout,
+            format!(
+                "route '{route}': the upstream did not answer within the per-try timeout of {timeout:?} ({} tries)",
+                info.tries
+            ),
+        ),
+        RetryError::Upstream { source, info } => {
+            let tries = info.tries;
+            let budget = info.budget_exhausted;
+            let mut g = GatewayError::from(source);
+            if tries > 1 || budget {
+                let note = if budget { ", retry budget exhausted" } else { "" };
+                g = GatewayError::new(g.kind().clone(), format!("{} ({tries} tries{note})", g.message()));
+            }
+            g
+        }
+        RetryError::ResponseBody { source, info } => GatewayError::new(
+            ErrorKind::BadGateway,
+            format!(
+                "route '{route}': reading the upstream's response failed ({} tries): {source}",
+                info.tries
+            ),
+        ),
+    }
+}

@@ -1,0 +1,255 @@
+//! The gateway process in one value: bind the data and admin listeners, compile the rules, serve, reload,
+//! drain. `main.rs` and the integration tests both start the gateway through [`Gateway::start`].
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use infergate_config::{GatewayConfig, load_gateway_config};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::{self, Admin};
+use crate::config_state::RuntimeState;
+use crate::listener::{self, ConnLimits, ConnTracker};
+use crate::metrics as m;
+use crate::pipeline;
+use crate::tls::{self, ServerTlsFiles};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener address could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}; is another process using the port?")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS files are missing or invalid.
+    #[error("data listener TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    /// The rules could not be compiled.
+    #[error("{0}")]
+    Rules(String),
+    /// The metrics recorder could not be installed.
+    #[error("metrics: {0}")]
+    Metrics(String),
+}
+
+/// Addresses that override the config's listeners (command line and environment).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Overrides {
+    /// Data listener address.
+    pub data: Option<SocketAddr>,
+    /// Admin listener address.
+    pub admin: Option<SocketAddr>,
+}
+
+/// A running gateway.
+pub struct Gateway {
+    state: Arc<RuntimeState>,
+    running: std::sync::Mutex<GatewayConfig>,
+    data_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    ready: Arc<AtomicBool>,
+    shutdown: watch::Sender<bool>,
+    tracker: Arc<ConnTracker>,
+    drain_timeout: Duration,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Gateway {
+    /// Binds the listeners, compiles the rules and starts serving. `hash` identifies the config's content.
+    pub async fn start(
+        config: GatewayConfig,
+        hash: String,
+        overrides: Overrides,
+    ) -> Result<Arc<Gateway>, StartError> {
+        let prometheus = m::install().map_err(StartError::Metrics)?;
+        let l = &config.listeners;
+        let limits = ConnLimits::from(&l.limits);
+        let tls = match &l.data.tls {
+            Some(t) => Some(tls::server_config(&ServerTlsFiles {
+                cert: &t.cert,
+                key: &t.key,
+                client_ca: t.client_ca.as_deref(),
+                require_client_cert: t.require_client_cert,
+            })?),
+            None => None,
+        };
+        let state =
+            RuntimeState::new(&config.rules, hash, limits.max_request_body).map_err(StartError::Rules)?;
+        state.spawn_maintenance();
+        let data_addr = overrides.data.unwrap_or(l.data.address);
+        let admin_addr = overrides.admin.unwrap_or(l.admin.address);
+        let data = TcpListener::bind(data_addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                what: "data",
+                addr: data_addr,
+                source,
+            })?;
+        let admin_listener = TcpListener::bind(admin_addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                what: "admin",
+                addr: admin_addr,
+                source,
+            })?;
+        let data_addr = data.local_addr().unwrap_or(data_addr);
+        let admin_addr = admin_listener.local_addr().unwrap_or(admin_addr);
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let tracker = Arc::new(ConnTracker::default());
+        let ready = Arc::new(AtomicBool::new(false));
+        let handler = {
+            let state = Arc::clone(&state);
+            move |conn, req| pipeline::handle(Arc::clone(&state), conn, req)
+        };
+        let data_task = tokio::spawn(listener::serve(
+            data,
+            tls,
+            limits,
+            handler,
+            shutdown_rx.clone(),
+            Arc::clone(&tracker),
+        ));
+        let admin = Arc::new(Admin {
+            state: Arc::clone(&state),
+            metrics: prometheus,
+            ready: Arc::clone(&ready),
+        });
+        let admin_task = tokio::spawn(admin::serve(admin_listener, admin, shutdown_rx));
+        ready.store(true, Ordering::Release);
+        metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
+        tracing::info!(data = %data_addr, admin = %admin_addr, "gateway listening");
+        Ok(Arc::new(Gateway {
+            state,
+            running: std::sync::Mutex::new(config.clone()),
+            data_addr,
+            admin_addr,
+            ready,
+            shutdown,
+            tracker,
+            drain_timeout: config.listeners.drain_timeout,
+            tasks: std::sync::Mutex::new(vec![data_task, admin_task]),
+        }))
+    }
+
+    /// The data listener's address (the real port when the config said port 0).
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_addr
+    }
+
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The shared runtime state (rules, stores).
+    pub fn state(&self) -> &Arc<RuntimeState> {
+        &self.state
+    }
+
+    /// Parses, validates and applies a new version of the config file's text. Invalid text is rejected
+    /// with every problem listed, and the running rules stay; changed listeners are reported as warnings
+    /// (they need a restart). Counts `infergate_gateway_config_reloads_total{result}`.
+    pub fn reload_text(&self, text: &str, file: &Path, hash: String) -> Result<Vec<String>, String> {
+        let result = load_gateway_config(text, file)
+            .map_err(|d| d.to_string())
+            .and_then(|(cfg, warnings)| {
+                let running = self
+                    .running
+                    .lock()
+                    .map_err(|_| "internal: config lock poisoned".to_string())?
+                    .clone();
+                let (next, restart) = GatewayConfig::reloaded(&running, cfg, file);
+                let mut all: Vec<String> = warnings.iter().map(|w| w.to_string()).collect();
+                all.extend(restart.iter().map(|w| w.to_string()));
+                self.state.apply(&next.rules, hash.clone())?;
+                if let Ok(mut r) = self.running.lock() {
+                    *r = next;
+                }
+                Ok(all)
+            });
+        self.record_reload(result, Some(hash))
+    }
+
+    /// Applies an already parsed config (the config watcher's value). Listeners are kept.
+    pub fn apply(
+        &self,
+        config: &GatewayConfig,
+        hash: String,
+        warnings: Vec<String>,
+    ) -> Result<Vec<String>, String> {
+        let result = self.state.apply(&config.rules, hash.clone()).map(|()| warnings);
+        self.record_reload(result, Some(hash))
+    }
+
+    /// Records a rejection that happened before the gateway saw a config (the watcher rejected the file).
+    pub fn record_rejection(&self, error: String, hash: Option<String>) {
+        self.record_reload(Err(error), hash).ok();
+    }
+
+    fn record_reload(
+        &self,
+        result: Result<Vec<String>, String>,
+        hash: Option<String>,
+    ) -> Result<Vec<String>, String> {
+        match &result {
+            Ok(warnings) => {
+                metrics::counter!(m::CONFIG_RELOADS, "result" => "applied").increment(1);
+                metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
+                for w in warnings {
+                    tracing::warn!(warning = %w, "config reloaded with a warning");
+                }
+                tracing::info!(hash = hash.as_deref().unwrap_or("-"), "routing rules reloaded");
+                self.state.set_warnings(warnings.clone());
+            }
+            Err(e) => {
+                metrics::counter!(m::CONFIG_RELOADS, "result" => "rejected").increment(1);
+                tracing::error!(error = %e, "config rejected; the running rules stay");
+                self.state.reject(e.clone(), hash);
+            }
+        }
+        result
+    }
+
+    /// Stops accepting, tells open connections to finish, and waits for them (at most the drain timeout).
+    /// Returns the number of connections that were still open when the wait ended.
+    pub async fn shutdown(&self) -> usize {
+        self.ready.store(false, Ordering::Release);
+        let _ = self.shutdown.send(true);
+        let left = self.tracker.wait_closed(self.drain_timeout).await;
+        let tasks: Vec<JoinHandle<()>> = self
+            .tasks
+            .lock()
+            .map(|mut t| t.drain(..).collect())
+            .unwrap_or_default();
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
+        if left > 0 {
+            tracing::warn!(open = left, "drain timeout reached with connections still open");
+        }
+        left
+    }
+
+    /// Open client connections now.
+    pub fn open_connections(&self) -> usize {
+        self.tracker.open()
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
