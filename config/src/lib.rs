@@ -2,10 +2,14 @@
 //!
 //! - [`parse_gateway_config`]: the gateway's routes YAML into [`GatewayConfig`] (restart-only [`Listeners`]
 //!   and hot [`RoutingRules`]).
+//! - [`parse_pbtxt`] / [`parse_model_yaml`]: Triton model configs into [`ModelConfig`], written back as
+//!   Triton's JSON by [`ModelConfig::to_triton_json`].
 //! - Every parse function returns [`Diagnostics`]: all problems found, each `file:line:column: message`.
 
 mod diagnostic;
+pub mod model;
 mod node;
+mod pbtxt;
 pub mod routes;
 pub mod units;
 mod yaml;
@@ -13,6 +17,12 @@ mod yaml;
 use std::path::Path;
 
 pub use diagnostic::{Diagnostic, Diagnostics, Pos, Severity};
+pub use model::{
+    DataType, DynamicBatching, EnsembleScheduling, EnsembleStep, Format, InstanceGroup, InstanceKind,
+    LoadedModelConfig, ModelConfig, ModelInput, ModelOutput, ModelTransactionPolicy, ModelWarmup, Parameter,
+    QueuePolicy, Reshape, SequenceBatching, TimeoutAction, VersionPolicy, WarmupInput, load_model_config,
+    load_model_yaml, load_pbtxt, parse_model_yaml, parse_pbtxt,
+};
 pub use node::SpanIndex;
 pub use routes::{
     AdminListener, Backoff, CallerIdentity, CallerOverride, Callers, CanaryAnalysis, ConnectionLimits,
