@@ -1,0 +1,151 @@
+//! Helpers for the data-path integration tests: upstreams written here with hyper, a gateway started
+//! in-process on port 0, and clients for HTTP/1.1 and h2c.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use infergate_gateway::server::{Gateway, Overrides};
+use tokio::net::TcpListener;
+
+/// An upstream running in the test.
+pub struct TestUpstream {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Requests it has received.
+    pub hits: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestUpstream {
+    /// Requests received so far.
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Stops accepting (open connections end with the runtime).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+/// Starts an upstream serving HTTP/1.1 and h2c on 127.0.0.1:0 with `handler`.
+pub async fn upstream<H, F>(handler: H) -> TestUpstream
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let handler = handler.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let f = handler(req);
+                    async move { Ok::<_, Infallible>(f.await) }
+                });
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    TestUpstream { addr, hits, task }
+}
+
+/// An upstream answering 200 with `body` and a header `x-upstream: NAME` (and echoing what it saw as
+/// `x-seen-version`).
+pub async fn named_upstream(name: &'static str) -> TestUpstream {
+    upstream(move |req: Request<Incoming>| async move {
+        let version = format!("{:?}", req.version());
+        Response::builder()
+            .header("x-upstream", name)
+            .header("x-seen-version", version)
+            .body(Full::new(Bytes::from(name)))
+            .unwrap()
+    })
+    .await
+}
+
+/// Starts a gateway from YAML (listeners on 127.0.0.1:0 unless the YAML says otherwise).
+pub async fn gateway(yaml: &str) -> Arc<Gateway> {
+    gateway_at(yaml, Path::new("routes.yaml")).await
+}
+
+/// Starts a gateway from YAML as if read from `file` (relative TLS paths resolve against its folder).
+pub async fn gateway_at(yaml: &str, file: &Path) -> Arc<Gateway> {
+    let config = infergate_config::parse_gateway_config(yaml, file)
+        .unwrap_or_else(|d| panic!("test config invalid:\n{d}"));
+    Gateway::start(
+        config,
+        "test".into(),
+        Overrides { data: Some("127.0.0.1:0".parse().unwrap()), admin: Some("127.0.0.1:0".parse().unwrap()) },
+    )
+    .await
+    .unwrap()
+}
+
+/// A routes file with one catch-all route to one h2c upstream.
+pub fn one_route(upstream_addr: SocketAddr, extra_upstream: &str, extra_route: &str) -> String {
+    format!(
+        r#"
+upstreams:
+  - name: up
+    endpoints: ["{upstream_addr}"]
+    protocol: h2c
+{extra_upstream}
+routes:
+  - name: all
+    destinations:
+      - upstream: up
+{extra_route}
+"#
+    )
+}
+
+/// An HTTP/1.1 client (keep-alive pool).
+pub fn http1_client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// An h2c (prior knowledge) client.
+pub fn h2c_client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).http2_only(true).build_http()
+}
+
+/// Sends a request and collects the response.
+pub async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> (http::response::Parts, Bytes) {
+    let resp = client.request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    (parts, body.collect().await.unwrap().to_bytes())
+}
+
+/// GETs `path` on the admin port and returns status and body.
+pub async fn admin_get(gw: &Gateway, path: &str) -> (u16, String) {
+    let req = Request::get(format!("http://{}{path}", gw.admin_addr())).body(Full::new(Bytes::new())).unwrap();
+    let (parts, body) = send(&http1_client(), req).await;
+    (parts.status.as_u16(), String::from_utf8_lossy(&body).into_owned())
+}
