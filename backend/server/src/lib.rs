@@ -1,6 +1,7 @@
 //! The infergate inference server: Triton-compatible REST and gRPC front ends, model repository and dynamic batcher.
 
 pub mod batcher;
+pub mod grpc;
 pub mod http;
 pub mod convert;
 pub mod instance;
