@@ -1,0 +1,178 @@
+//! Upstream behaviour seen from outside: concurrency and queue limits refuse at once with 503, power of two
+//! choices spreads load and favours the less busy endpoint, failing endpoints are ejected.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dataplane_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dataplane_support::*;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use tokio::sync::Semaphore;
+
+fn get(gw: &infergate_gateway::server::Gateway, path: &str) -> Request<Full<Bytes>> {
+    Request::get(format!("http://{}{path}", gw.data_addr())).body(Full::new(Bytes::new())).unwrap()
+}
+
+#[tokio::test]
+async fn beyond_concurrent_and_pending_limits_requests_are_refused_at_once() {
+    let gate = Arc::new(Semaphore::new(0));
+    let g = gate.clone();
+    let up = upstream(move |_req: Request<Incoming>| {
+        let g = g.clone();
+        async move {
+            g.acquire().await.unwrap().forget();
+            Response::new(Full::new(Bytes::from_static(b"done")))
+        }
+    })
+    .await;
+    let gw = gateway(&format!(
+        r#"
+upstreams:
+  - name: up
+    endpoints: ["{}"]
+    max_concurrent_requests: 1
+    max_pending_requests: 1
+routes:
+  - name: all
+    destinations: [{{ upstream: up }}]
+"#,
+        up.addr
+    ))
+    .await;
+    let client = http1_client();
+    let first = tokio::spawn({
+        let (c, r) = (client.clone(), get(&gw, "/1"));
+        async move { send(&c, r).await }
+    });
+    // Wait until the first request holds the only slot.
+    while up.hits() < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = tokio::spawn({
+        let (c, r) = (client.clone(), get(&gw, "/2"));
+        async move { send(&c, r).await }
+    });
+    // The second waits in the queue; give it time to get there.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (parts, body) = send(&client, get(&gw, "/3")).await;
+    assert_eq!(parts.status, 503, "the third request is refused at once");
+    assert_eq!(parts.headers["x-infergate-error-origin"], "gateway");
+    let msg = String::from_utf8_lossy(&body);
+    assert!(msg.contains("1 concurrent and 1 pending"), "{msg}");
+    gate.add_permits(2);
+    assert_eq!(first.await.unwrap().0.status, 200);
+    assert_eq!(second.await.unwrap().0.status, 200, "the queued request is served once a slot frees");
+    assert_eq!(up.hits(), 2);
+}
+
+#[tokio::test]
+async fn two_equal_endpoints_share_the_load() {
+    let a = named_upstream("a").await;
+    let b = named_upstream("b").await;
+    let gw = gateway(&format!(
+        r#"
+upstreams:
+  - name: up
+    endpoints: ["{}", "{}"]
+routes:
+  - name: all
+    destinations: [{{ upstream: up }}]
+"#,
+        a.addr, b.addr
+    ))
+    .await;
+    let client = http1_client();
+    for _ in 0..400 {
+        assert_eq!(send(&client, get(&gw, "/")).await.0.status, 200);
+    }
+    // Binomial(400, 0.5): standard deviation 10, so 150..250 is five deviations.
+    assert!((150..=250).contains(&a.hits()), "a={} b={}", a.hits(), b.hits());
+    assert_eq!(a.hits() + b.hits(), 400);
+}
+
+#[tokio::test]
+async fn the_less_busy_endpoint_gets_more_requests() {
+    let slow = upstream(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        Response::new(Full::new(Bytes::from_static(b"slow")))
+    })
+    .await;
+    let fast = named_upstream("fast").await;
+    let gw = Arc::new(
+        gateway(&format!(
+            r#"
+upstreams:
+  - name: up
+    endpoints: ["{}", "{}"]
+routes:
+  - name: all
+    destinations: [{{ upstream: up }}]
+"#,
+            slow.addr, fast.addr
+        ))
+        .await,
+    );
+    let client = http1_client();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (c, gw) = (client.clone(), gw.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                assert_eq!(send(&c, get(&gw, "/")).await.0.status, 200);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(slow.hits() + fast.hits(), 200);
+    assert!(fast.hits() > 2 * slow.hits(), "fast={} slow={}", fast.hits(), slow.hits());
+}
+
+#[tokio::test]
+async fn an_endpoint_failing_in_a_row_is_ejected() {
+    let bad = upstream(|_req: Request<Incoming>| async {
+        Response::builder().status(500).body(Full::new(Bytes::from_static(b"broken"))).unwrap()
+    })
+    .await;
+    let good = named_upstream("good").await;
+    let gw = gateway(&format!(
+        r#"
+upstreams:
+  - name: up
+    endpoints: ["{}", "{}"]
+    outlier_detection:
+      consecutive_5xx: 3
+      base_ejection_time: 30s
+      max_ejected_percent: 50
+routes:
+  - name: all
+    destinations: [{{ upstream: up }}]
+"#,
+        bad.addr, good.addr
+    ))
+    .await;
+    let client = http1_client();
+    let mut failures = 0;
+    for _ in 0..60 {
+        if send(&client, get(&gw, "/")).await.0.status != 200 {
+            failures += 1;
+        }
+    }
+    assert_eq!(bad.hits(), 3, "the failing endpoint is ejected after 3 consecutive 5xx");
+    assert_eq!(failures, 3, "every later request goes to the healthy endpoint");
+    let (status, body) = admin_get(&gw, "/upstreams").await;
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let eps = v["upstreams"][0]["endpoints"].as_array().unwrap();
+    let bad_ep = eps.iter().find(|e| e["address"] == bad.addr.to_string()).unwrap();
+    assert!(bad_ep["ejected_for_ms"].as_u64().unwrap() > 20_000, "{bad_ep}");
+    let (_, metrics) = admin_get(&gw, "/metrics").await;
+    assert!(metrics.contains("infergate_gateway_upstream_ejections_total"), "{metrics}");
+}
