@@ -1,19 +1,369 @@
 //! Specialisation: from an [`crate::ir::Graph`] with symbolic dims to a [`ConcreteGraph`].
+//!
+//! Walks the nodes in order with concrete input shapes. Each node is *resolved* (`resolve.rs`):
+//! its output dtypes/shapes are inferred and its parameter inputs (which must be known on the host)
+//! become attributes. A node whose data inputs are all known on the host is evaluated right away with
+//! the CPU kernels (constant folding, shape subgraphs); the others form the concrete graph.
+
+mod resolve;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::error::{EngineError, Result};
-use crate::ir::{ConcreteGraph, Graph};
-use crate::model::{PlanInput, Signature};
+use crate::ir::{BinaryOp, ConcreteGraph, ConcreteValue, Graph, Node, Op, ValueId};
+use crate::model::{Dim, PlanInput, Signature, TensorSpec};
+use crate::tensor::{DataType, Tensor};
 
-/// Indices of graph inputs whose values feed parameter inputs (shapes, axes, …).
+pub(crate) use resolve::{InVal, Resolved, broadcast_shapes, resolve};
+
+/// Indices of graph inputs whose values feed parameter inputs (shapes, axes, …), directly or
+/// through host-computable nodes.
 pub fn host_inputs(graph: &Graph) -> Vec<usize> {
-    let _ = graph;
-    Vec::new()
+    let mut needed: HashSet<ValueId> = HashSet::new();
+    fn walk(nodes: &[Node], needed: &mut HashSet<ValueId>) {
+        for n in nodes.iter().rev() {
+            if let Op::If {
+                then_branch,
+                else_branch,
+            } = &n.op
+            {
+                walk(&then_branch.nodes, needed);
+                walk(&else_branch.nodes, needed);
+            }
+            for (i, v) in n.inputs.iter().enumerate() {
+                if let Some(v) = v
+                    && resolve::is_param_input(&n.op, i)
+                {
+                    needed.insert(*v);
+                }
+            }
+            // a needed output makes the node's inputs needed (except through shape-only reads)
+            if n.outputs.iter().flatten().any(|o| needed.contains(o))
+                && !matches!(n.op, Op::Shape { .. } | Op::Size)
+            {
+                for v in n.inputs.iter().flatten() {
+                    needed.insert(*v);
+                }
+            }
+        }
+    }
+    // iterate to a fixpoint because of branches
+    loop {
+        let before = needed.len();
+        walk(&graph.nodes, &mut needed);
+        if needed.len() == before {
+            break;
+        }
+    }
+    graph
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| needed.contains(v))
+        .map(|(i, _)| i)
+        .collect()
 }
 
-/// The signature of a graph, with output dims inferred.
+/// The signature of a graph. Output dims are inferred by specialising with probe sizes for dynamic
+/// input dims (a dim that changes with them is dynamic), falling back to the declared output types.
 pub fn infer_signature(graph: &Graph, host_inputs: &[usize]) -> Result<Signature> {
-    let _ = (graph, host_inputs);
-    Ok(Signature::default())
+    let mut inputs = Vec::new();
+    for &id in &graph.inputs {
+        let v = &graph.values[id.0];
+        let dtype = v
+            .dtype
+            .ok_or_else(|| EngineError::invalid(format!("graph input '{}' has no element type", v.name)))?;
+        inputs.push(TensorSpec {
+            name: v.name.clone(),
+            dtype,
+            dims: v.shape.clone().unwrap_or_default(),
+        });
+    }
+    let sig_in = Signature {
+        inputs: inputs.clone(),
+        outputs: Vec::new(),
+    };
+    let dynamic = inputs
+        .iter()
+        .any(|s| s.dims.iter().any(|d| matches!(d, Dim::Dynamic(_))));
+    let probe = |size: usize| -> Result<ConcreteGraph> {
+        let plan: Vec<PlanInput> = inputs
+            .iter()
+            .map(|s| PlanInput {
+                shape: s
+                    .dims
+                    .iter()
+                    .map(|d| match d {
+                        Dim::Fixed(n) => *n,
+                        Dim::Dynamic(_) => size,
+                    })
+                    .collect(),
+                value: None,
+            })
+            .collect();
+        specialise(graph, &sig_in, &[], &plan)
+    };
+    let (p1, p2) = if host_inputs.is_empty() {
+        if dynamic {
+            (probe(1).ok(), probe(2).ok())
+        } else {
+            // Fully static: the probe is the real plan, so its errors are the model's errors.
+            let p = probe(1)?;
+            (Some(p.clone()), Some(p))
+        }
+    } else {
+        (None, None)
+    };
+    let mut outputs = Vec::new();
+    for (k, &id) in graph.outputs.iter().enumerate() {
+        let v = &graph.values[id.0];
+        let declared_dims = v.shape.clone();
+        let (dtype, dims) = match (&p1, &p2) {
+            (Some(a), Some(b)) => {
+                let va = a.value(a.outputs[k]);
+                let vb = b.value(b.outputs[k]);
+                let dims = if va.shape.len() == vb.shape.len() {
+                    va.shape
+                        .iter()
+                        .zip(&vb.shape)
+                        .enumerate()
+                        .map(|(i, (x, y))| {
+                            if x == y {
+                                Dim::Fixed(*x)
+                            } else {
+                                match declared_dims.as_ref().and_then(|d| d.get(i)) {
+                                    Some(Dim::Dynamic(name)) => Dim::Dynamic(name.clone()),
+                                    _ => Dim::Dynamic(None),
+                                }
+                            }
+                        })
+                        .collect()
+                } else {
+                    declared_dims.clone().unwrap_or_default()
+                };
+                (va.dtype, dims)
+            }
+            _ => {
+                let dtype = v.dtype.ok_or_else(|| {
+                    EngineError::invalid(format!("graph output '{}' has no declared element type", v.name))
+                })?;
+                (dtype, declared_dims.clone().unwrap_or_default())
+            }
+        };
+        outputs.push(TensorSpec {
+            name: v.name.clone(),
+            dtype,
+            dims,
+        });
+    }
+    Ok(Signature { inputs, outputs })
+}
+
+/// State of one specialisation run.
+struct Spec<'g> {
+    graph: &'g Graph,
+    /// dtype and shape of every value seen so far
+    info: HashMap<ValueId, (DataType, Vec<usize>)>,
+    /// values known on the host
+    host: HashMap<ValueId, Tensor>,
+    /// If outputs and removed identities: value → the value it stands for
+    alias: HashMap<ValueId, ValueId>,
+    /// new values created during specialisation (ids after the graph's)
+    extra: Vec<ConcreteValue>,
+    nodes: Vec<Node>,
+}
+
+impl Spec<'_> {
+    fn map(&self, mut id: ValueId) -> ValueId {
+        while let Some(&a) = self.alias.get(&id) {
+            id = a;
+        }
+        id
+    }
+
+    fn name(&self, id: ValueId) -> String {
+        if id.0 < self.graph.values.len() {
+            self.graph.values[id.0].name.clone()
+        } else {
+            self.extra
+                .get(id.0 - self.graph.values.len())
+                .map(|v| v.name.clone())
+                .unwrap_or_default()
+        }
+    }
+
+    fn new_value(&mut self, name: String, dtype: DataType, shape: Vec<usize>) -> ValueId {
+        let id = ValueId(self.graph.values.len() + self.extra.len());
+        self.extra.push(ConcreteValue {
+            name,
+            dtype,
+            shape: shape.clone(),
+        });
+        self.info.insert(id, (dtype, shape));
+        id
+    }
+
+    fn run_nodes(&mut self, nodes: &[Node]) -> Result<()> {
+        for n in nodes {
+            self.run_node(n)
+                .map_err(|e| e.context(format!("node '{}' ({})", n.name, n.op.name())))?;
+        }
+        Ok(())
+    }
+
+    fn run_node(&mut self, n: &Node) -> Result<()> {
+        let inputs: Vec<Option<ValueId>> = n.inputs.iter().map(|i| i.map(|v| self.map(v))).collect();
+        if let Op::If {
+            then_branch,
+            else_branch,
+        } = &n.op
+        {
+            let cond = inputs
+                .first()
+                .copied()
+                .flatten()
+                .ok_or_else(|| EngineError::invalid("If without cond"))?;
+            let Some(t) = self.host.get(&cond) else {
+                return Err(EngineError::unsupported(format!(
+                    "If whose condition '{}' depends on request data (only conditions known when the \
+                     plan is built are supported)",
+                    self.name(cond)
+                )));
+            };
+            let c = t
+                .to_f64_vec()?
+                .first()
+                .copied()
+                .ok_or_else(|| EngineError::invalid("If cond is empty"))?;
+            let b = if c != 0.0 { then_branch } else { else_branch };
+            self.run_nodes(&b.nodes)?;
+            for (o, bo) in n.outputs.iter().zip(&b.outputs) {
+                if let Some(o) = o {
+                    let target = self.map(*bo);
+                    self.alias.insert(*o, target);
+                }
+            }
+            return Ok(());
+        }
+        let mut inputs = inputs;
+        self.promote_constants(n, &mut inputs)?;
+        let mut ins: Vec<Option<InVal<'_>>> = Vec::with_capacity(inputs.len());
+        for (i, v) in inputs.iter().enumerate() {
+            ins.push(match v {
+                None => None,
+                Some(v) => {
+                    let (dtype, shape) = self.info.get(v).ok_or_else(|| {
+                        EngineError::internal(format!("input {i} '{}' has no shape", self.name(*v)))
+                    })?;
+                    Some(InVal {
+                        dtype: *dtype,
+                        shape,
+                        host: self.host.get(v),
+                    })
+                }
+            });
+        }
+        let resolved = resolve(&n.op, &ins, n.outputs.len())?;
+        match resolved {
+            Resolved::Host(values) => {
+                drop(ins);
+                for (o, t) in n.outputs.iter().zip(values) {
+                    if let Some(o) = o {
+                        self.info.insert(*o, (t.dtype, t.shape.clone()));
+                        self.host.insert(*o, t);
+                    }
+                }
+            }
+            Resolved::Alias(i) => {
+                drop(ins);
+                let src = inputs
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| EngineError::internal("alias of a missing input"))?;
+                if let Some(o) = n.output(0) {
+                    self.alias.insert(o, src);
+                }
+            }
+            Resolved::Op {
+                op,
+                inputs: keep,
+                outputs,
+            } => {
+                let all_host = keep
+                    .iter()
+                    .all(|k| k.is_none_or(|i| ins[i].as_ref().is_some_and(|v| v.host.is_some())));
+                if all_host {
+                    let host_ins: Vec<Option<&Tensor>> = keep
+                        .iter()
+                        .map(|k| k.and_then(|i| ins[i].as_ref().and_then(|v| v.host)))
+                        .collect();
+                    let wanted: Vec<bool> = n.outputs.iter().map(Option::is_some).collect();
+                    let values = crate::cpu::eval_host(&op, &host_ins, &outputs, &wanted)?;
+                    drop(ins);
+                    for ((o, t), (dt, shape)) in n.outputs.iter().zip(values).zip(outputs) {
+                        if let (Some(o), Some(t)) = (o, t) {
+                            self.info.insert(*o, (dt, shape));
+                            self.host.insert(*o, t);
+                        }
+                    }
+                } else {
+                    drop(ins);
+                    for (o, (dt, shape)) in n.outputs.iter().zip(&outputs) {
+                        if let Some(o) = o {
+                            self.info.insert(*o, (*dt, shape.clone()));
+                        }
+                    }
+                    let node_inputs: Vec<Option<ValueId>> =
+                        keep.iter().map(|k| k.and_then(|i| inputs[i])).collect();
+                    self.nodes.push(Node {
+                        name: n.name.clone(),
+                        op,
+                        inputs: node_inputs,
+                        outputs: n.outputs.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A host-known operand of an arithmetic op whose dtype differs from the other operand is cast to
+    /// it (e.g. Mean's divisor); ONNX itself requires equal dtypes, so this only touches our own.
+    fn promote_constants(&mut self, n: &Node, inputs: &mut [Option<ValueId>]) -> Result<()> {
+        let Op::Binary(b) = &n.op else { return Ok(()) };
+        if matches!(b, BinaryOp::Pow) || inputs.len() != 2 {
+            return Ok(());
+        }
+        let (Some(a), Some(c)) = (inputs[0], inputs[1]) else {
+            return Ok(());
+        };
+        let (Some(ta), Some(tc)) = (self.info.get(&a).map(|x| x.0), self.info.get(&c).map(|x| x.0)) else {
+            return Ok(());
+        };
+        if ta == tc {
+            return Ok(());
+        }
+        for (k, (v, want)) in [(c, ta), (a, tc)].into_iter().enumerate() {
+            if let Some(t) = self.host.get(&v).cloned()
+                && want != DataType::String
+            {
+                let cast = crate::cpu::eval_host(
+                    &Op::Cast { to: want },
+                    &[Some(&t)],
+                    &[(want, t.shape.clone())],
+                    &[true],
+                )?;
+                if let Some(Some(ct)) = cast.into_iter().next() {
+                    let nv = self.new_value(format!("{}#as_{}", self.name(v), want), want, t.shape.clone());
+                    self.host.insert(nv, ct);
+                    inputs[1 - k] = Some(nv);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Specialise `graph` to concrete inputs.
@@ -23,6 +373,129 @@ pub fn specialise(
     host_inputs: &[usize],
     inputs: &[PlanInput],
 ) -> Result<ConcreteGraph> {
-    let _ = (graph, signature, host_inputs, inputs);
-    Err(EngineError::unsupported("specialisation is being written"))
+    if inputs.len() != graph.inputs.len() {
+        return Err(EngineError::invalid(format!(
+            "the model has {} inputs, {} were given",
+            graph.inputs.len(),
+            inputs.len()
+        )));
+    }
+    let mut sp = Spec {
+        graph,
+        info: HashMap::new(),
+        host: HashMap::new(),
+        alias: HashMap::new(),
+        extra: Vec::new(),
+        nodes: Vec::new(),
+    };
+    for (id, t) in &graph.constants {
+        sp.info.insert(*id, (t.dtype, t.shape.clone()));
+        sp.host.insert(*id, t.clone());
+    }
+    for (i, (&id, p)) in graph.inputs.iter().zip(inputs).enumerate() {
+        let v = &graph.values[id.0];
+        let dtype = v
+            .dtype
+            .ok_or_else(|| EngineError::invalid(format!("input '{}' has no dtype", v.name)))?;
+        if let Some(dims) = signature.inputs.get(i).map(|s| &s.dims).or(v.shape.as_ref()) {
+            let ok = dims.len() == p.shape.len()
+                && dims
+                    .iter()
+                    .zip(&p.shape)
+                    .all(|(d, n)| !matches!(d, Dim::Fixed(f) if f != n));
+            if !ok {
+                let want: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                return Err(EngineError::invalid(format!(
+                    "input '{}': expected shape [{}], got {:?}",
+                    v.name,
+                    want.join(","),
+                    p.shape
+                )));
+            }
+        }
+        sp.info.insert(id, (dtype, p.shape.clone()));
+        if host_inputs.contains(&i) {
+            let t = p.value.clone().ok_or_else(|| {
+                EngineError::invalid(format!(
+                    "input '{}' decides shapes in this model; its value is needed to build the plan",
+                    v.name
+                ))
+            })?;
+            if t.shape != p.shape || t.dtype != dtype {
+                return Err(EngineError::invalid(format!(
+                    "input '{}': value has {} {:?}, expected {} {:?}",
+                    v.name, t.dtype, t.shape, dtype, p.shape
+                )));
+            }
+            sp.host.insert(id, t);
+        }
+    }
+    sp.run_nodes(&graph.nodes)?;
+    let outputs: Vec<ValueId> = graph.outputs.iter().map(|&o| sp.map(o)).collect();
+    compact(sp, graph, outputs)
+}
+
+/// Renumber the used values densely and collect constants.
+fn compact(sp: Spec<'_>, graph: &Graph, outputs: Vec<ValueId>) -> Result<ConcreteGraph> {
+    let mut remap: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut values: Vec<ConcreteValue> = Vec::new();
+    let mut constants = BTreeMap::new();
+    let mut take = |id: ValueId,
+                    remap: &mut HashMap<ValueId, ValueId>,
+                    values: &mut Vec<ConcreteValue>|
+     -> Result<ValueId> {
+        if let Some(&n) = remap.get(&id) {
+            return Ok(n);
+        }
+        let (dtype, shape) =
+            sp.info.get(&id).cloned().ok_or_else(|| {
+                EngineError::internal(format!("value '{}' was never computed", sp.name(id)))
+            })?;
+        let nid = ValueId(values.len());
+        values.push(ConcreteValue {
+            name: sp.name(id),
+            dtype,
+            shape,
+        });
+        remap.insert(id, nid);
+        if let Some(t) = sp.host.get(&id) {
+            constants.insert(nid, t.clone());
+        }
+        Ok(nid)
+    };
+    let inputs: Vec<ValueId> = graph
+        .inputs
+        .iter()
+        .map(|&i| take(i, &mut remap, &mut values))
+        .collect::<Result<_>>()?;
+    let mut nodes = Vec::with_capacity(sp.nodes.len());
+    for n in &sp.nodes {
+        let ins = n
+            .inputs
+            .iter()
+            .map(|i| i.map(|v| take(v, &mut remap, &mut values)).transpose())
+            .collect::<Result<_>>()?;
+        let outs = n
+            .outputs
+            .iter()
+            .map(|o| o.map(|v| take(v, &mut remap, &mut values)).transpose())
+            .collect::<Result<_>>()?;
+        nodes.push(Node {
+            name: n.name.clone(),
+            op: n.op.clone(),
+            inputs: ins,
+            outputs: outs,
+        });
+    }
+    let outputs = outputs
+        .into_iter()
+        .map(|o| take(o, &mut remap, &mut values))
+        .collect::<Result<_>>()?;
+    Ok(ConcreteGraph {
+        values,
+        nodes,
+        inputs,
+        outputs,
+        constants,
+    })
 }

@@ -1,34 +1,299 @@
-//! The CPU executor: runs concrete graphs with our own kernels (gemm crate for matrix products,
-//! rayon for parallelism).
+//! The CPU executor: runs concrete graphs with our own kernels (the `gemm` crate for matrix
+//! products, rayon for parallelism). Also evaluates host-side nodes during specialisation.
 
-use std::sync::Arc;
+mod buf;
+mod conv;
+mod elementwise;
+mod exec;
+mod gemm;
+mod movement;
+mod norm;
+mod num;
+mod pool;
+mod reduce;
+mod rnn;
+
+use std::sync::{Arc, Mutex};
 
 use crate::error::{EngineError, Result};
+use crate::ir::ConcreteGraph;
 use crate::model::Model;
 use crate::session::SessionOptions;
-use crate::tensor::Tensor;
+use crate::tensor::{DataType, Tensor};
 
-/// Executes a model's concrete plans on the CPU.
-#[derive(Debug)]
-pub struct CpuExecutor {
+use buf::Buf;
+
+/// Evaluate one concrete op on host tensors (constant folding and shape subgraphs).
+pub(crate) fn eval_host(
+    op: &crate::ir::Op,
+    host_ins: &[Option<&Tensor>],
+    outputs: &[(DataType, Vec<usize>)],
+    wanted: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let bufs: Vec<Option<Buf>> = host_ins
+        .iter()
+        .map(|t| t.map(Buf::from_tensor).transpose())
+        .collect::<Result<_>>()?;
+    let ins: Vec<exec::In<'_>> = bufs
+        .iter()
+        .zip(host_ins)
+        .map(|(b, t)| match (b, t) {
+            (Some(b), Some(t)) => Some((b, t.shape.as_slice())),
+            _ => None,
+        })
+        .collect();
+    let res = exec::exec(op, &ins, outputs)?;
+    let mut out = Vec::with_capacity(outputs.len());
+    for (i, (dt, shape)) in outputs.iter().enumerate() {
+        match res.get(i) {
+            Some(b) if wanted.get(i).copied().unwrap_or(true) => {
+                if b.dtype() != *dt {
+                    return Err(EngineError::internal(format!(
+                        "{} produced {} for a {dt} output",
+                        op.name(),
+                        b.dtype()
+                    )));
+                }
+                out.push(Some(b.clone().into_tensor(shape.clone())?));
+            }
+            _ => out.push(None),
+        }
+    }
+    Ok(out)
+}
+
+/// A specialised plan with its constants converted once.
+struct CpuPlan {
+    graph: ConcreteGraph,
+    consts: Vec<Option<Arc<Buf>>>,
+    last_use: Vec<Option<usize>>,
+}
+
+impl CpuPlan {
+    fn new(graph: ConcreteGraph) -> Result<CpuPlan> {
+        let mut consts = vec![None; graph.values.len()];
+        for (id, t) in &graph.constants {
+            consts[id.0] = Some(Arc::new(Buf::from_tensor(t)?));
+        }
+        let last_use = graph.last_uses();
+        Ok(CpuPlan {
+            graph,
+            consts,
+            last_use,
+        })
+    }
+}
+
+enum Slot {
+    Shared(Arc<Buf>),
+    Owned(Buf),
+}
+
+impl Slot {
+    fn buf(&self) -> &Buf {
+        match self {
+            Slot::Shared(b) => b,
+            Slot::Owned(b) => b,
+        }
+    }
+}
+
+type PlanKey = (Vec<Vec<usize>>, Vec<Tensor>);
+
+struct Inner {
     model: Arc<Model>,
+    pool: rayon::ThreadPool,
+    plans: Mutex<Vec<(PlanKey, Arc<CpuPlan>)>>,
+    cache_size: usize,
+}
+
+/// Executes a model's concrete plans on the CPU. Plans are cached per input shapes (and host-input
+/// values); runs use a dedicated rayon pool.
+pub struct CpuExecutor {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CpuExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuExecutor")
+            .field("threads", &self.inner.pool.current_num_threads())
+            .finish()
+    }
 }
 
 impl CpuExecutor {
     /// A CPU executor for `model`.
     pub fn new(model: Arc<Model>, options: &SessionOptions) -> Result<CpuExecutor> {
-        let _ = options;
-        Ok(CpuExecutor { model })
+        let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("infergate-cpu-{i}"));
+        if let Some(n) = options.threads {
+            b = b.num_threads(n.max(1));
+        }
+        let pool = b
+            .build()
+            .map_err(|e| EngineError::ResourceExhausted(format!("cannot start CPU worker threads: {e}")))?;
+        Ok(CpuExecutor {
+            inner: Arc::new(Inner {
+                model,
+                pool,
+                plans: Mutex::new(Vec::new()),
+                cache_size: options.plan_cache_size.max(1),
+            }),
+        })
     }
 
-    /// Run with inputs in signature order.
+    /// Run with inputs in signature order, on the executor's threads, without blocking the caller's
+    /// async runtime.
     pub async fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        self.run_blocking(inputs)
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let inner = self.inner.clone();
+        self.inner.pool.spawn(move || {
+            let _ = tx.send(inner.run(inputs));
+        });
+        rx.await
+            .map_err(|_| EngineError::internal("the CPU worker stopped before answering"))?
     }
 
-    /// Run on the calling thread (uses the rayon pool inside).
+    /// Run on the executor's threads, blocking the caller.
     pub fn run_blocking(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        let _ = (&self.model, inputs);
-        Err(EngineError::unsupported("the CPU executor is being written"))
+        let inner = &self.inner;
+        inner.pool.install(|| inner.run(inputs))
+    }
+
+    /// The concrete plan used for these inputs (built and cached when needed).
+    pub fn plan_for(&self, inputs: &[Tensor]) -> Result<ConcreteGraph> {
+        Ok(self.inner.plan(inputs)?.graph.clone())
+    }
+}
+
+impl Inner {
+    fn plan(&self, inputs: &[Tensor]) -> Result<Arc<CpuPlan>> {
+        let key: PlanKey = (
+            inputs.iter().map(|t| t.shape.clone()).collect(),
+            self.model
+                .host_inputs()
+                .iter()
+                .filter_map(|&i| inputs.get(i).cloned())
+                .collect(),
+        );
+        {
+            let mut plans = self
+                .plans
+                .lock()
+                .map_err(|_| EngineError::internal("plan cache poisoned"))?;
+            if let Some(pos) = plans.iter().position(|(k, _)| *k == key) {
+                let e = plans.remove(pos);
+                let p = e.1.clone();
+                plans.push(e);
+                return Ok(p);
+            }
+        }
+        let plan = Arc::new(CpuPlan::new(self.model.specialise_for(inputs)?)?);
+        let mut plans = self
+            .plans
+            .lock()
+            .map_err(|_| EngineError::internal("plan cache poisoned"))?;
+        if plans.len() >= self.cache_size {
+            plans.remove(0);
+        }
+        plans.push((key, plan.clone()));
+        Ok(plan)
+    }
+
+    fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let plan = self.plan(&inputs)?;
+        let g = &plan.graph;
+        let mut slots: Vec<Option<Slot>> = (0..g.values.len()).map(|_| None).collect();
+        for (i, c) in plan.consts.iter().enumerate() {
+            if let Some(c) = c {
+                slots[i] = Some(Slot::Shared(c.clone()));
+            }
+        }
+        for (id, t) in g.inputs.iter().zip(&inputs) {
+            if slots[id.0].is_none() {
+                slots[id.0] = Some(Slot::Owned(Buf::from_tensor(t)?));
+            }
+        }
+        for (ni, node) in g.nodes.iter().enumerate() {
+            let outs: Vec<(DataType, Vec<usize>)> = node
+                .outputs
+                .iter()
+                .map(|o| match o {
+                    Some(o) => (g.values[o.0].dtype, g.values[o.0].shape.clone()),
+                    None => (DataType::F32, Vec::new()),
+                })
+                .collect();
+            // Reshape/Identity of a value at its last use: move the buffer.
+            if matches!(node.op, crate::ir::Op::Reshape { .. } | crate::ir::Op::Identity)
+                && let (Some(src), Some(dst)) = (node.input(0), node.output(0))
+                && plan.last_use[src.0] == Some(ni)
+                && matches!(slots[src.0], Some(Slot::Owned(_)))
+                && node.inputs.iter().flatten().filter(|v| **v == src).count() == 1
+            {
+                slots[dst.0] = slots[src.0].take();
+                continue;
+            }
+            let result = {
+                let ins: Vec<exec::In<'_>> = node
+                    .inputs
+                    .iter()
+                    .map(|i| match i {
+                        Some(v) => slots[v.0]
+                            .as_ref()
+                            .map(|s| (s.buf(), g.values[v.0].shape.as_slice())),
+                        None => None,
+                    })
+                    .collect();
+                if ins
+                    .iter()
+                    .zip(&node.inputs)
+                    .any(|(a, b)| a.is_none() && b.is_some())
+                {
+                    return Err(EngineError::internal(format!(
+                        "node '{}': an input was freed too early",
+                        node.name
+                    )));
+                }
+                exec::exec(&node.op, &ins, &outs)
+                    .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
+            };
+            for (o, b) in node.outputs.iter().zip(result) {
+                if let Some(o) = o {
+                    let v = &g.values[o.0];
+                    if b.dtype() != v.dtype || b.len() != v.len() {
+                        return Err(EngineError::internal(format!(
+                            "node '{}' produced {} x{} for '{}' ({} {:?})",
+                            node.name,
+                            b.dtype(),
+                            b.len(),
+                            v.name,
+                            v.dtype,
+                            v.shape
+                        )));
+                    }
+                    slots[o.0] = Some(Slot::Owned(b));
+                }
+            }
+            for v in node.inputs.iter().flatten() {
+                if plan.last_use[v.0] == Some(ni) {
+                    slots[v.0] = None;
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(g.outputs.len());
+        for o in &g.outputs {
+            let v = &g.values[o.0];
+            let b = match slots[o.0].as_ref() {
+                Some(Slot::Shared(b)) => (**b).clone(),
+                Some(Slot::Owned(b)) => b.clone(),
+                None => {
+                    return Err(EngineError::internal(format!(
+                        "output '{}' was not computed",
+                        v.name
+                    )));
+                }
+            };
+            outputs.push(b.into_tensor(v.shape.clone())?);
+        }
+        Ok(outputs)
     }
 }

@@ -321,7 +321,7 @@ pub enum RnnActivation {
     Softsign,
     /// softplus
     Softplus,
-    /// x clipped to [alpha, beta]? no: ThresholdedRelu x if x > alpha else 0
+    /// x if x > alpha else 0
     ThresholdedRelu {
         /// alpha
         alpha: f32,
@@ -395,7 +395,7 @@ pub enum Op {
     /// (a fused Relu/Clip/HardSwish/…, residual Add, or a folded BatchNormalization's effect already
     /// merged into w and bias).
     Conv {
-        /// kernel spatial shape
+        /// kernel spatial shape (empty in a `Graph` = taken from w)
         kernel_shape: Vec<usize>,
         /// strides per spatial axis
         strides: Vec<usize>,
@@ -445,8 +445,8 @@ pub enum Op {
     /// ReduceMean/Add/Sqrt/Div/Mul/Add pattern. mean and inv_std_dev have x's shape with the
     /// normalised dims set to 1.
     LayerNormalization {
-        /// first normalised axis
-        axis: usize,
+        /// first normalised axis (may be negative in a `Graph`)
+        axis: i64,
         /// epsilon
         epsilon: f32,
     },

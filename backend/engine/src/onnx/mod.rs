@@ -1,15 +1,10 @@
-//! ONNX protobuf decoding and conversion into the IR.
+//! ONNX protobuf decoding (hand-written prost structs) and conversion into the IR.
 
+mod attrs;
+mod load;
+mod ops;
 pub mod proto;
+mod tensor;
 
-use std::path::Path;
-
-use crate::error::{EngineError, Result};
-use crate::ir::Graph;
-
-/// Decode an ONNX model and convert it into an IR graph (constants folded, `If`s with known
-/// conditions inlined). Every unsupported node is reported in one error.
-pub fn load_graph(bytes: &[u8], external_data_dir: Option<&Path>) -> Result<Graph> {
-    let _ = (bytes, external_data_dir);
-    Err(EngineError::unsupported("ONNX loading is being written"))
-}
+pub use load::{MAX_OPSET, MIN_OPSET, load_graph};
+pub use tensor::decode_tensor;
