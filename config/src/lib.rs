@@ -4,19 +4,26 @@
 //!   and hot [`RoutingRules`]).
 //! - [`parse_pbtxt`] / [`parse_model_yaml`]: Triton model configs into [`ModelConfig`], written back as
 //!   Triton's JSON by [`ModelConfig::to_triton_json`].
+//! - [`scan_repository`]: a Triton model repository's folders, configs and numeric versions.
+//! - [`ConfigWatcher`]: live reload (notify on the file's folder, arc-swap), for any config type.
+//! - [`check_gateway_file`] / [`check_model_repository`]: every problem, for `check` subcommands.
 //! - Every parse function returns [`Diagnostics`]: all problems found, each `file:line:column: message`.
 
 mod diagnostic;
+mod file;
 pub mod model;
 mod node;
 mod pbtxt;
+mod repository;
 pub mod routes;
 pub mod units;
+mod watcher;
 mod yaml;
 
 use std::path::Path;
 
 pub use diagnostic::{Diagnostic, Diagnostics, Pos, Severity};
+pub use file::read_config_file;
 pub use model::{
     DataType, DynamicBatching, EnsembleScheduling, EnsembleStep, Format, InstanceGroup, InstanceKind,
     LoadedModelConfig, ModelConfig, ModelInput, ModelOutput, ModelTransactionPolicy, ModelWarmup, Parameter,
@@ -24,6 +31,9 @@ pub use model::{
     load_model_yaml, load_pbtxt, parse_model_yaml, parse_pbtxt,
 };
 pub use node::SpanIndex;
+pub use repository::{
+    ModelEntry, RepositoryScan, check_gateway_file, check_model_repository, load_model_dir, scan_repository,
+};
 pub use routes::{
     AdminListener, Backoff, CallerIdentity, CallerOverride, Callers, CanaryAnalysis, ConnectionLimits,
     DataListener, Destination, Endpoint, FaultAbort, FaultDelay, FaultInjection, GatewayConfig, GrpcCode,
@@ -32,6 +42,10 @@ pub use routes::{
     load_gateway_config, parse_gateway_config,
 };
 pub use units::{ByteSize, Rate};
+pub use watcher::{
+    ConfigReader, ConfigWatcher, Loaded, Loader, Rejection, ReloadOutcome, ReloadStatus, WatchOptions,
+    gateway_loader,
+};
 
 /// Config files larger than this are refused before parsing (1 MiB).
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
