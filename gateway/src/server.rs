@@ -61,6 +61,7 @@ pub struct Gateway {
     admin_addr: SocketAddr,
     ready: Arc<AtomicBool>,
     shutdown: watch::Sender<bool>,
+    admin_shutdown: watch::Sender<bool>,
     tracker: Arc<ConnTracker>,
     drain_timeout: Duration,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -126,7 +127,9 @@ impl Gateway {
             metrics: prometheus,
             ready: Arc::clone(&ready),
         });
-        let admin_task = tokio::spawn(admin::serve(admin_listener, admin, shutdown_rx));
+        // The admin API outlives the drain, so probes see `/ready` turn false while requests finish.
+        let (admin_shutdown, admin_rx) = watch::channel(false);
+        let admin_task = tokio::spawn(admin::serve(admin_listener, admin, admin_rx));
         ready.store(true, Ordering::Release);
         metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
         tracing::info!(data = %data_addr, admin = %admin_addr, "gateway listening");
@@ -137,6 +140,7 @@ impl Gateway {
             admin_addr,
             ready,
             shutdown,
+            admin_shutdown,
             tracker,
             drain_timeout: config.listeners.drain_timeout,
             tasks: std::sync::Mutex::new(vec![data_task, admin_task]),
@@ -228,6 +232,7 @@ impl Gateway {
         self.ready.store(false, Ordering::Release);
         let _ = self.shutdown.send(true);
         let left = self.tracker.wait_closed(self.drain_timeout).await;
+        let _ = self.admin_shutdown.send(true);
         let tasks: Vec<JoinHandle<()>> = self
             .tasks
             .lock()
