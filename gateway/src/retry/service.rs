@@ -194,6 +194,8 @@ where
     let replayable = body.is_replayable();
     let mut original = Some(body);
     let mut info = RetryInfo::default();
+    // Set when a wanted retry was skipped because its back-off would pass the deadline.
+    let mut deadline_cut = false;
     loop {
         info.tries += 1;
         let now = Instant::now();
@@ -267,6 +269,7 @@ where
             if budget.try_withdraw(Instant::now()) {
                 let delay = policy.backoff.delay(info.tries - 1, rand::random());
                 let fits = deadline.is_none_or(|d| Instant::now() + delay < d);
+                deadline_cut = !fits;
                 if fits {
                     info.last_reason = Some(reason);
                     metrics::counter!("infergate_gateway_retries_total", "route" => route.to_string(), "reason" => reason)
@@ -287,6 +290,7 @@ where
             }
             Outcome::Failed(source) => Err(RetryError::Upstream { source, info }),
             Outcome::BodyFailed(source) => Err(RetryError::ResponseBody { source, info }),
+            Outcome::PerTryTimeout(_) if deadline_cut => Err(RetryError::DeadlineExceeded { info }),
             Outcome::PerTryTimeout(timeout) => Err(RetryError::PerTryTimeout { timeout, info }),
             Outcome::Deadline => Err(RetryError::DeadlineExceeded { info }),
         };
