@@ -1,6 +1,8 @@
 //! ONNX node conformance tests (onnx 1.22.0 wheel) on the CPU executor, and the wheel's `light_*`
 //! model tests.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use infergate_engine::ExecutorKind;

@@ -1,4 +1,6 @@
 //! Dispatch of one concrete node to its kernel.
+// The dtype macros instantiate the same code for Copy and non-Copy (string) elements.
+#![allow(clippy::clone_on_copy)]
 
 use crate::cpu::buf::{Buf, map_same, visit};
 use crate::cpu::conv::{ConvGeom, conv_f32, conv_transpose_f32};
@@ -590,10 +592,8 @@ fn set_same<T: 'static>(b: &mut Buf, v: Vec<T>) {
     let mut v = Some(v);
     visit!(b, inner => {
         let any: &mut dyn std::any::Any = inner;
-        if let Some(slot) = any.downcast_mut::<Vec<T>>() {
-            if let Some(v) = v.take() {
-                *slot = v;
-            }
+        if let (Some(slot), Some(v)) = (any.downcast_mut::<Vec<T>>(), v.take()) {
+            *slot = v;
         }
     })
 }

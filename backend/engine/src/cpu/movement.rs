@@ -98,8 +98,7 @@ pub(crate) fn depth_to_space<T: Clone + Send + Sync>(
     let cc = c / (b * b);
     if crd {
         let v = [n, cc, b, b, h, w];
-        let t = transpose(x, &v, &[0, 1, 4, 2, 5, 3]);
-        t
+        transpose(x, &v, &[0, 1, 4, 2, 5, 3])
     } else {
         let v = [n, b, b, cc, h, w];
         transpose(x, &v, &[0, 3, 4, 1, 5, 2])

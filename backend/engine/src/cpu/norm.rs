@@ -56,7 +56,7 @@ pub(crate) fn layer_norm(
     bias: Option<&[f32]>,
     eps: f32,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let rows = if d == 0 { 0 } else { x.len() / d };
+    let rows = x.len().checked_div(d).unwrap_or(0);
     let mut out = x.to_vec();
     let mut means = vec![0f32; rows];
     let mut invs = vec![0f32; rows];

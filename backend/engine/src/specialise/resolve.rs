@@ -797,7 +797,7 @@ pub(crate) fn resolve(op: &Op, ins: &[Option<InVal<'_>>], n_out: usize) -> Resul
                     .filter(|(j, _)| *j != i)
                     .map(|(_, d)| d)
                     .product();
-                if rest == 0 || total % rest != 0 {
+                if rest == 0 || !total.is_multiple_of(rest) {
                     return Err(EngineError::invalid(format!(
                         "cannot reshape {:?} ({total} elements) to {spec:?}",
                         x.shape
