@@ -13,6 +13,7 @@ pub mod passes;
 mod session;
 pub mod specialise;
 mod tensor;
+mod wgpu;
 
 pub use error::{EngineError, ErrorKind, Result};
 pub use model::{Dim, Model, PlanInput, Signature, TensorSpec};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::cpu::CpuExecutor;
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::model::Model;
 use crate::tensor::Tensor;
 
@@ -54,6 +54,7 @@ impl Default for SessionOptions {
 
 enum Executor {
     Cpu(CpuExecutor),
+    Wgpu(crate::wgpu::WgpuExecutor),
 }
 
 /// A model ready to run on one executor. `Send + Sync`; runs may overlap.
@@ -75,10 +76,8 @@ impl Session {
     pub fn new(model: Arc<Model>, options: SessionOptions) -> Result<Session> {
         let executor = match &options.executor {
             ExecutorKind::Cpu => Executor::Cpu(CpuExecutor::new(model.clone(), &options)?),
-            ExecutorKind::Wgpu(_) => {
-                return Err(EngineError::unsupported(
-                    "this build of infergate-engine has no wgpu executor; use the CPU executor",
-                ));
+            ExecutorKind::Wgpu(choice) => {
+                Executor::Wgpu(crate::wgpu::WgpuExecutor::new(model.clone(), &options, choice)?)
             }
         };
         Ok(Session { model, executor })
@@ -95,6 +94,7 @@ impl Session {
         let inputs = self.model.check_inputs(inputs)?;
         let outputs = match &self.executor {
             Executor::Cpu(cpu) => cpu.run(inputs).await?,
+            Executor::Wgpu(gpu) => gpu.run(inputs).await?,
         };
         Ok(self.name_outputs(outputs))
     }
@@ -104,6 +104,7 @@ impl Session {
         let inputs = self.model.check_inputs(inputs)?;
         let outputs = match &self.executor {
             Executor::Cpu(cpu) => cpu.run_blocking(inputs)?,
+            Executor::Wgpu(gpu) => gpu.run_blocking(inputs)?,
         };
         Ok(self.name_outputs(outputs))
     }
@@ -112,6 +113,7 @@ impl Session {
     pub fn device_memory_bytes(&self) -> u64 {
         match &self.executor {
             Executor::Cpu(_) => 0,
+            Executor::Wgpu(gpu) => gpu.device_memory_bytes(),
         }
     }
 

@@ -145,10 +145,10 @@ impl GpuContext {
         let mut map = registry
             .lock()
             .map_err(|_| GpuError::internal("wgpu context registry poisoned"))?;
-        if let Some(ctx) = map.get(&request) {
-            if ctx.dev.check_alive().is_ok() {
-                return Ok(Arc::clone(ctx));
-            }
+        if let Some(ctx) = map.get(&request)
+            && ctx.dev.check_alive().is_ok()
+        {
+            return Ok(Arc::clone(ctx));
         }
         let ctx = Self::create(&request)?;
         map.insert(request, Arc::clone(&ctx));

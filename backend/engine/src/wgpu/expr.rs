@@ -29,11 +29,8 @@ pub(crate) enum UnaryOp {
     Relu,
     Sin,
     Cos,
-    Tan,
     Not,
-    Sign,
     Softplus,
-    Softsign,
     HardSwish,
     /// Exact GELU (`x * Φ(x)`).
     Gelu,
@@ -41,16 +38,12 @@ pub(crate) enum UnaryOp {
     GeluTanh,
     LeakyRelu(f32),
     Elu(f32),
-    Celu(f32),
-    ThresholdedRelu(f32),
     /// `gamma * (x > 0 ? x : alpha * (exp(x) - 1))`: (alpha, gamma).
     Selu(f32, f32),
     /// `clamp(alpha * x + beta, 0, 1)`: (alpha, beta).
     HardSigmoid(f32, f32),
     /// Clip with constant bounds.
     Clip(f32, f32),
-    IsNan,
-    IsInf,
 }
 
 /// Binary element-wise operations.
@@ -63,9 +56,6 @@ pub(crate) enum BinaryOp {
     Pow,
     Min,
     Max,
-    /// C `fmod` for floats, Python-style modulo for integers (ONNX `Mod` with `fmod=0`).
-    Mod,
-    Fmod,
     Equal,
     Less,
     Greater,
@@ -73,7 +63,6 @@ pub(crate) enum BinaryOp {
     GreaterOrEqual,
     And,
     Or,
-    Xor,
     /// `x < 0 ? slope * x : x`.
     PRelu,
 }
@@ -446,7 +435,6 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         let e = match op {
             Neg => format!("-{a}"),
             Abs => format!("abs({a})"),
-            Sign => format!("sign({a})"),
             Relu => format!("max({a}, 0)"),
             Clip(lo, hi) => format!("clamp({a}, {}, {})", lo as i32, hi as i32),
             _ => {
@@ -479,10 +467,7 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         Relu => format!("max({a}, 0.0)"),
         Sin => format!("sin({a})"),
         Cos => format!("cos({a})"),
-        Tan => format!("tan({a})"),
-        Sign => format!("sign({a})"),
         Softplus => format!("ew_softplus({a})"),
-        Softsign => format!("({a} / (1.0 + abs({a})))"),
         HardSwish => format!("({a} * clamp({a} / 6.0 + 0.5, 0.0, 1.0))"),
         Gelu => format!("(0.5 * {a} * (1.0 + ew_erf({a} * 0.70710678118654752)))"),
         GeluTanh => {
@@ -490,11 +475,6 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         }
         LeakyRelu(alpha) => format!("select({} * {a}, {a}, {a} >= 0.0)", konst(alpha)),
         Elu(alpha) => format!("select({} * (exp({a}) - 1.0), {a}, {a} >= 0.0)", konst(alpha)),
-        Celu(alpha) => {
-            let al = konst(alpha);
-            format!("(max({a}, 0.0) + min(0.0, {al} * (exp({a} / {al}) - 1.0)))")
-        }
-        ThresholdedRelu(alpha) => format!("select(0.0, {a}, {a} > {})", konst(alpha)),
         Selu(alpha, gamma) => format!(
             "({} * select({} * (exp({a}) - 1.0), {a}, {a} > 0.0))",
             konst(gamma),
@@ -502,8 +482,6 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         ),
         HardSigmoid(alpha, beta) => format!("clamp({} * {a} + {}, 0.0, 1.0)", konst(alpha), konst(beta)),
         Clip(lo, hi) => format!("ew_fmin(ew_fmax({a}, {}), {})", konst(lo), konst(hi)),
-        IsNan => return Ok((format!("ew_isnan({a})"), Ty::B)),
-        IsInf => return Ok((format!("ew_isinf({a})"), Ty::B)),
         Not => return Err(GpuError::unsupported("Not on float tensors")),
     };
     Ok((e, Ty::F))
@@ -515,7 +493,7 @@ fn binary(op: BinaryOp, a: &str, ta: Ty, b: &str, tb: Ty) -> GpuResult<(String, 
     let (a, b, t) = if ta == tb {
         (a.to_owned(), b.to_owned(), ta)
     } else if ta == Ty::B || tb == Ty::B {
-        if matches!(op, And | Or | Xor) {
+        if matches!(op, And | Or) {
             (cast(a, ta, Ty::B).0, cast(b, tb, Ty::B).0, Ty::B)
         } else {
             return Err(GpuError::internal(format!("{op:?} of bool and non-bool")));
@@ -535,10 +513,6 @@ fn binary(op: BinaryOp, a: &str, ta: Ty, b: &str, tb: Ty) -> GpuResult<(String, 
         (Max, Ty::F) => format!("ew_fmax({a}, {b})"),
         (Min, Ty::I) => format!("min({a}, {b})"),
         (Max, Ty::I) => format!("max({a}, {b})"),
-        (Mod, Ty::F) => format!("({a} - {b} * floor({a} / {b}))"),
-        (Fmod, Ty::F) => format!("ew_fmod({a}, {b})"),
-        (Mod, Ty::I) => format!("ew_imod({a}, {b})"),
-        (Fmod, Ty::I) => format!("select({a} % {b}, 0, {b} == 0)"),
         (PRelu, Ty::F) => format!("select({a} * {b}, {a}, {a} >= 0.0)"),
         (PRelu, Ty::I) => format!("select({a} * {b}, {a}, {a} >= 0)"),
         (Equal, _) => return Ok((format!("({a} == {b})"), Ty::B)),
@@ -548,7 +522,6 @@ fn binary(op: BinaryOp, a: &str, ta: Ty, b: &str, tb: Ty) -> GpuResult<(String, 
         (GreaterOrEqual, Ty::F | Ty::I) => return Ok((format!("({a} >= {b})"), Ty::B)),
         (And, Ty::B) => format!("({a} && {b})"),
         (Or, Ty::B) => format!("({a} || {b})"),
-        (Xor, Ty::B) => format!("({a} != {b})"),
         _ => return Err(GpuError::unsupported(format!("{op:?} on {t:?} operands"))),
     };
     Ok((e, t))

@@ -3,9 +3,11 @@
 //! See `docs/engine-wgpu.md` for adapter selection, plan structure, the buffer pool and the kernels.
 
 mod adapter;
+mod compile;
 mod context;
 mod dtype;
 mod error;
+mod executor;
 mod expr;
 mod kernels;
 mod plan;
@@ -14,3 +16,5 @@ mod template;
 
 #[cfg(test)]
 mod tests;
+
+pub(crate) use executor::WgpuExecutor;

@@ -62,11 +62,6 @@ impl Params {
         self.u4(v.map(|x| x as u32))
     }
 
-    /// One `vec4<f32>`, as bits.
-    pub(crate) fn f4(self, v: [f32; 4]) -> Self {
-        self.u4(v.map(f32::to_bits))
-    }
-
     /// `array<vec4<u32>, 2>`: up to eight values, zero padded.
     pub(crate) fn dims8(mut self, v: &[u32]) -> Self {
         let mut w = [0u32; 8];
@@ -78,7 +73,7 @@ impl Params {
     /// `array<vec4<u32>, N>` holding `values` (f32 bits), zero padded to a multiple of four.
     pub(crate) fn floats(mut self, values: &[f32]) -> Self {
         self.words.extend(values.iter().map(|v| v.to_bits()));
-        while self.words.len() % 4 != 0 {
+        while !self.words.len().is_multiple_of(4) {
             self.words.push(0);
         }
         self
@@ -176,11 +171,6 @@ impl PlanBuilder {
     /// Whether the device stores f16 natively.
     pub(crate) fn has_f16(&self) -> bool {
         self.ctx.dev.has_f16
-    }
-
-    /// The device's limits.
-    pub(crate) fn limits(&self) -> &wgpu::Limits {
-        &self.ctx.dev.limits
     }
 
     fn new_value(
@@ -367,11 +357,6 @@ impl PlanBuilder {
             host,
             tensor: tensor.clone(),
         });
-    }
-
-    /// Number of dispatches recorded so far.
-    pub(crate) fn step_count(&self) -> usize {
-        self.steps.len()
     }
 
     /// Plans the pool, creates buffers and bind groups.
@@ -593,7 +578,6 @@ impl PlanBuilder {
         })??;
         for (s, bg) in self.steps.into_iter().zip(bind_groups) {
             steps.push(Step {
-                kernel: s.kernel,
                 pipeline: s.pipeline,
                 bind_group: bg,
                 grid: s.grid,
@@ -602,6 +586,7 @@ impl PlanBuilder {
         let device_bytes =
             buffers.iter().map(wgpu::Buffer::size).sum::<u64>() + params_buffer.size() + readback.size();
         Ok(Plan {
+            uploaded: vec![true; self.inputs.len()],
             dev,
             steps,
             buffers,
@@ -619,7 +604,6 @@ impl PlanBuilder {
 }
 
 struct Step {
-    kernel: &'static str,
     pipeline: Arc<wgpu::ComputePipeline>,
     bind_group: wgpu::BindGroup,
     grid: [u32; 3],
@@ -644,6 +628,9 @@ pub(crate) struct HostTensor {
 
 /// A compiled plan: pipelines, pool buffers, bind groups; run it with [`Plan::run`].
 pub(crate) struct Plan {
+    /// Per graph input (signature order): whether the plan uploads it (false for host inputs whose values
+    /// the plan was specialised for).
+    pub(crate) uploaded: Vec<bool>,
     dev: Arc<GpuDevice>,
     steps: Vec<Step>,
     buffers: Vec<wgpu::Buffer>,
@@ -672,11 +659,6 @@ impl Plan {
     /// Number of pool buffers the lifetime planner needed.
     pub(crate) fn pool_slots(&self) -> usize {
         self.pool_slots
-    }
-
-    /// The plan's inputs (name, element type, device tensor).
-    pub(crate) fn inputs(&self) -> impl Iterator<Item = &InputSpec> {
-        self.inputs.iter().map(|(s, _)| s)
     }
 
     /// Packs host inputs (in the plan's input order) into the upload image, narrowing types.
@@ -789,16 +771,6 @@ impl Plan {
         }
         self.readback.unmap();
         Ok(outputs)
-    }
-
-    /// Names of the kernels, in dispatch order (for tests and profiling).
-    pub(crate) fn kernels(&self) -> Vec<&'static str> {
-        self.steps.iter().map(|s| s.kernel).collect()
-    }
-
-    /// Output names and specs in order.
-    pub(crate) fn outputs(&self) -> impl Iterator<Item = &OutputSpec> {
-        self.outputs.iter().map(|o| &o.spec)
     }
 }
 

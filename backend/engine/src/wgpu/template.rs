@@ -75,18 +75,18 @@ impl Template {
                 }
                 continue;
             }
-            if let Some(name) = trimmed.strip_prefix("// @begin ").map(str::trim) {
-                if let Some(k) = self.regions.iter().position(|(n, _)| n == name) {
-                    used_region[k] = true;
-                    out.push_str(line);
+            if let Some(name) = trimmed.strip_prefix("// @begin ").map(str::trim)
+                && let Some(k) = self.regions.iter().position(|(n, _)| n == name)
+            {
+                used_region[k] = true;
+                out.push_str(line);
+                out.push('\n');
+                out.push_str(&self.regions[k].1);
+                if !self.regions[k].1.ends_with('\n') {
                     out.push('\n');
-                    out.push_str(&self.regions[k].1);
-                    if !self.regions[k].1.ends_with('\n') {
-                        out.push('\n');
-                    }
-                    skipping = Some(name.to_owned());
-                    continue;
                 }
+                skipping = Some(name.to_owned());
+                continue;
             }
             if let Some(rest) = trimmed.strip_prefix("alias ") {
                 let name = rest.split('=').next().unwrap_or("").trim();

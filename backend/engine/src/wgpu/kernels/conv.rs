@@ -111,7 +111,7 @@ pub(crate) fn conv(
     let sp = check(name, x, w, g)?;
     let (n, c) = (x.shape[0], x.shape[1]);
     let oc = w.shape[0];
-    if c % g.group != 0 || oc % g.group != 0 || w.shape[1] * g.group != c {
+    if !c.is_multiple_of(g.group) || !oc.is_multiple_of(g.group) || w.shape[1] * g.group != c {
         return Err(GpuError::invalid(format!(
             "conv '{name}': {c} input channels, {oc} output channels and weights {:?} do not fit group {}",
             w.shape, g.group

@@ -7,6 +7,7 @@ pub(crate) mod gather;
 pub(crate) mod matmul;
 pub(crate) mod pool;
 pub(crate) mod reduce;
+pub(crate) mod rnn;
 
 /// Every kernel file with its name, for the naga validation test.
 #[cfg(test)]
@@ -25,6 +26,9 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("softmax", reduce::WGSL_SOFTMAX),
     ("norm", reduce::WGSL_NORM),
     ("argtopk", reduce::WGSL_ARGTOPK),
+    ("lstm", rnn::WGSL_LSTM),
+    ("gru", rnn::WGSL_GRU),
+    ("gru_reset", rnn::WGSL_GRU_RESET),
 ];
 
 /// Representative specialisations of every kernel, for the naga test.
@@ -38,5 +42,6 @@ pub(crate) fn variants() -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::templ
     v.extend(gather::variants()?);
     v.extend(pool::variants()?);
     v.extend(reduce::variants()?);
+    v.extend(rnn::variants()?);
     Ok(v)
 }

@@ -57,17 +57,17 @@ pub(crate) fn reduce(
     let xs = strides(&x.shape);
     let (mut kd, mut ks, mut rd, mut rs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut out = Vec::new();
-    for d in 0..x.rank() {
+    for (d, (&dim, &stride)) in x.shape.iter().zip(&xs).enumerate() {
         if axes.contains(&d) {
-            rd.push(x.shape[d] as u32);
-            rs.push(xs[d] as u32);
+            rd.push(dim as u32);
+            rs.push(stride as u32);
             if keepdims {
                 out.push(1);
             }
         } else {
-            kd.push(x.shape[d] as u32);
-            ks.push(xs[d] as u32);
-            out.push(x.shape[d]);
+            kd.push(dim as u32);
+            ks.push(stride as u32);
+            out.push(dim);
         }
     }
     let r: usize = rd.iter().map(|&v| v as usize).product();
@@ -189,12 +189,12 @@ pub(crate) fn normalise(
         .constant("HAS_BIAS", bias.is_some())
         .constant("STATS", want_stats)
         .build()?;
-    if let Some(bt) = bias {
-        if bt.dtype != scale.dtype {
-            return Err(GpuError::invalid(format!(
-                "normalisation '{name}': scale and bias types differ"
-            )));
-        }
+    if let Some(bt) = bias
+        && bt.dtype != scale.dtype
+    {
+        return Err(GpuError::invalid(format!(
+            "normalisation '{name}': scale and bias types differ"
+        )));
     }
     let params = Params::new().u4([rows as u32, l as u32, channels as u32, epsilon.to_bits()]);
     let bias = bias.unwrap_or(scale);
