@@ -113,6 +113,8 @@ pub struct ModelSpec {
     pub name: String,
     /// `platform` (`onnxruntime_onnx`), or the backend name.
     pub platform: String,
+    /// The model file in each version folder (`default_model_filename`, else `model.onnx`).
+    pub model_filename: String,
     /// `max_batch_size`; 0 = the model does not batch and shapes are exact.
     pub max_batch_size: usize,
     /// Inputs in config order.

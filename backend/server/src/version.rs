@@ -23,9 +23,6 @@ use crate::spec::{InstanceKind, IoSpec, ModelSpec};
 use crate::stats::{FailureReason, VersionStats};
 use crate::warmup;
 
-/// The model file Triton's ONNX backend looks for in a version folder.
-pub const DEFAULT_MODEL_FILENAME: &str = "model.onnx";
-
 /// How GPU instance groups behave on a machine without a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GpuFallback {
@@ -46,6 +43,48 @@ pub struct LoadOptions {
     pub require_manifest: bool,
     /// CPU threads per CPU-executor session (`None` = the engine's default).
     pub cpu_threads: Option<usize>,
+}
+
+/// Where a version's files are.
+pub struct VersionSource {
+    /// The model folder (holding `<version>/`).
+    pub model_dir: std::path::PathBuf,
+    /// The version number.
+    pub version: u64,
+    /// Kept alive with the version (a temporary folder of files sent with a load request).
+    pub files: Option<Arc<dyn Send + Sync>>,
+    /// The parsed ONNX model when auto-complete already read it (its manifest was checked first).
+    pub parsed: Option<Arc<Model>>,
+}
+
+/// Verifies a version folder's integrity manifest off the async runtime (see [`crate::manifest`]).
+pub async fn check_manifest(version_dir: &Path, require: bool) -> Result<(), String> {
+    let dir = version_dir.to_path_buf();
+    let checked = tokio::task::spawn_blocking(move || manifest::verify(&dir))
+        .await
+        .map_err(|e| format!("manifest check stopped: {e}"))?
+        .map_err(|problems| format!("integrity manifest check failed: {}", problems.join("; ")))?;
+    match checked {
+        ManifestOutcome::Verified(n) => {
+            tracing::info!(dir = %version_dir.display(), files = n, "integrity manifest verified");
+            Ok(())
+        }
+        ManifestOutcome::Absent if require => Err(format!(
+            "{} has no {} and --require-model-manifest is set",
+            version_dir.display(),
+            manifest::MANIFEST_FILE
+        )),
+        ManifestOutcome::Absent => Ok(()),
+    }
+}
+
+/// Parses an ONNX file off the async runtime; the error names the file.
+pub async fn parse_model(path: &Path) -> Result<Model, String> {
+    let p = path.to_path_buf();
+    tokio::task::spawn_blocking(move || Model::load(&p))
+        .await
+        .map_err(|e| format!("model parse stopped: {e}"))?
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A version that is loaded, warmed up and ready.
@@ -88,58 +127,47 @@ impl Drop for CancelGuard<'_> {
 }
 
 impl LoadedVersion {
-    /// Loads version `version` of `spec` from `version_dir`: manifest, ONNX parse, signature check,
-    /// instances, warmup. The error names the step and the problem.
+    /// Loads version `version` of `spec` from `model_dir/<version>`: manifest, ONNX parse (unless
+    /// `parsed` already holds it, after an auto-complete), signature check, instances, warmup. The error
+    /// names the step and the problem. `files` is kept alive as long as the version (a temporary folder
+    /// of files sent with a load request).
     pub async fn load(
         spec: Arc<ModelSpec>,
         config_json: Arc<serde_json::Value>,
-        model_dir: &Path,
-        version: u64,
+        source: VersionSource,
         options: &LoadOptions,
-        files: Option<Arc<dyn Send + Sync>>,
     ) -> Result<LoadedVersion, String> {
+        let VersionSource {
+            model_dir,
+            version,
+            files,
+            parsed,
+        } = source;
+        let model_dir = model_dir.as_path();
         let started = Instant::now();
         let name = spec.name.clone();
         let version_dir = model_dir.join(version.to_string());
-        let model_path = version_dir.join(DEFAULT_MODEL_FILENAME);
+        let model_path = version_dir.join(&spec.model_filename);
         let size = std::fs::metadata(&model_path)
             .map_err(|e| {
                 format!(
-                    "cannot read {}: {e} (each version folder needs a {DEFAULT_MODEL_FILENAME})",
-                    model_path.display()
+                    "cannot read {}: {e} (each version folder needs a {})",
+                    model_path.display(),
+                    spec.model_filename
                 )
             })?
             .len();
         tracing::info!(model = %name, version, bytes = size, "loading model version");
 
-        let dir = version_dir.clone();
-        let require = options.require_manifest;
-        let checked = tokio::task::spawn_blocking(move || manifest::verify(&dir))
-            .await
-            .map_err(|e| format!("manifest check stopped: {e}"))?
-            .map_err(|problems| format!("integrity manifest check failed: {}", problems.join("; ")))?;
-        match checked {
-            ManifestOutcome::Verified(n) => {
-                tracing::info!(model = %name, version, files = n, "integrity manifest verified")
+        let model = match parsed {
+            Some(m) => m,
+            None => {
+                check_manifest(&version_dir, options.require_manifest).await?;
+                Arc::new(parse_model(&model_path).await?)
             }
-            ManifestOutcome::Absent if require => {
-                return Err(format!(
-                    "{} has no {} and --require-model-manifest is set",
-                    version_dir.display(),
-                    manifest::MANIFEST_FILE
-                ));
-            }
-            ManifestOutcome::Absent => {}
-        }
-
-        let path = model_path.clone();
-        let model = tokio::task::spawn_blocking(move || Model::load(&path))
-            .await
-            .map_err(|e| format!("model parse stopped: {e}"))?
-            .map_err(|e| format!("{}: {e}", model_path.display()))?;
+        };
         tracing::info!(model = %name, version, ms = started.elapsed().as_millis() as u64, "model parsed and optimised");
         check_signature(&spec, model.signature())?;
-        let model = Arc::new(model);
         let input_names: Vec<String> = model.signature().inputs.iter().map(|s| s.name.clone()).collect();
         let output_names: Vec<String> = model.signature().outputs.iter().map(|s| s.name.clone()).collect();
 

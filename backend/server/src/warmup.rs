@@ -110,6 +110,7 @@ mod tests {
         ModelSpec {
             name: "m".into(),
             platform: "onnxruntime_onnx".into(),
+            model_filename: "model.onnx".into(),
             max_batch_size,
             inputs: vec![IoSpec {
                 name: "x".into(),

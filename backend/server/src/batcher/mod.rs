@@ -19,6 +19,7 @@ pub mod adaptive;
 mod queue;
 #[cfg(test)]
 mod tests;
+mod timer;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -103,6 +104,9 @@ pub struct BatcherConfig {
     pub priority_queue_policy: BTreeMap<u32, QueuePolicy>,
     /// Online tuning of delay and batch size towards a p99 target.
     pub adaptive: Option<AdaptiveConfig>,
+    /// Wait with a microsecond-precision timer thread instead of tokio's millisecond timer (the server
+    /// sets it; off by default so tests can run on tokio's paused clock).
+    pub precise_timer: bool,
 }
 
 impl Default for BatcherConfig {
@@ -118,6 +122,7 @@ impl Default for BatcherConfig {
             default_queue_policy: QueuePolicy::default(),
             priority_queue_policy: BTreeMap::new(),
             adaptive: None,
+            precise_timer: false,
         }
     }
 }
@@ -509,6 +514,12 @@ async fn schedule<E: BatchExecutor>(shared: Arc<Shared<E>>, instances: Vec<Arc<E
             continue;
         }
         match wake_at {
+            Some(t) if shared.config.precise_timer => {
+                tokio::select! {
+                    _ = shared.wake.notified() => {}
+                    _ = timer::sleep_until(t.into_std()) => {}
+                }
+            }
             Some(t) => {
                 tokio::select! {
                     _ = shared.wake.notified() => {}

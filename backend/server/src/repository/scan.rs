@@ -1,0 +1,147 @@
+//! Reading a repository's layout: model folders, numeric version folders, and fingerprints that tell
+//! whether anything in them changed.
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use crate::model_config::CONFIG_FILES;
+
+/// Model folders of the repositories, by name. A name found in two repositories is an error (listed
+/// in the second map).
+pub fn model_folders(roots: &[PathBuf]) -> (BTreeMap<String, PathBuf>, BTreeMap<String, String>) {
+    let mut found: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut clashes = BTreeMap::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            // Follow symlinks (Kubernetes volumes): a folder is whatever resolves to one.
+            if !path.is_dir() {
+                continue;
+            }
+            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+                continue;
+            };
+            if name.starts_with('.') {
+                continue;
+            }
+            if let Some(first) = found.get(&name) {
+                clashes.insert(
+                    name.clone(),
+                    format!(
+                        "model '{name}' is in two repositories ({} and {}); model names must be unique",
+                        first.display(),
+                        path.display()
+                    ),
+                );
+                continue;
+            }
+            found.insert(name, path);
+        }
+    }
+    (found, clashes)
+}
+
+/// Numeric version folders of a model folder, ascending. Other entries are ignored, as Triton does.
+pub fn versions(model_dir: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(model_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u64>().ok()))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// A fingerprint of every file under `dir` (relative path, size, modification time): changes when a
+/// file is added, removed, replaced or rewritten.
+pub fn tree_fingerprint(dir: &Path) -> u64 {
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    let mut h = DefaultHasher::new();
+    files.hash(&mut h);
+    h.finish()
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, u64, u128)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            walk(root, &path, out);
+        } else {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
+            let mtime = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            out.push((rel, meta.len(), mtime));
+        }
+    }
+}
+
+/// The fingerprint of a model's config file (0 when it has none).
+pub fn config_fingerprint(model_dir: &Path) -> u64 {
+    let mut h = DefaultHasher::new();
+    for f in CONFIG_FILES {
+        if let Ok(bytes) = std::fs::read(model_dir.join(f)) {
+            f.hash(&mut h);
+            bytes.hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// The fingerprint of a whole model folder (config and every version folder).
+pub fn model_fingerprint(model_dir: &Path) -> u64 {
+    let mut h = DefaultHasher::new();
+    config_fingerprint(model_dir).hash(&mut h);
+    tree_fingerprint(model_dir).hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_versions_and_fingerprints() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        for v in ["1", "2", "10", "notes", ".hidden"] {
+            std::fs::create_dir_all(a.path().join("m").join(v)).unwrap();
+        }
+        std::fs::create_dir_all(b.path().join("m")).unwrap();
+        std::fs::create_dir_all(b.path().join("n")).unwrap();
+        std::fs::write(a.path().join("README"), "not a model").unwrap();
+        let (found, clashes) = model_folders(&[a.path().to_path_buf(), b.path().to_path_buf()]);
+        assert_eq!(found.keys().collect::<Vec<_>>(), vec!["m", "n"]);
+        assert!(clashes["m"].contains("two repositories"));
+        let m = a.path().join("m");
+        assert_eq!(versions(&m), vec![1, 2, 10]);
+        let before = model_fingerprint(&m);
+        assert_eq!(before, model_fingerprint(&m));
+        std::fs::write(m.join("2").join("model.onnx"), b"x").unwrap();
+        let after = model_fingerprint(&m);
+        assert_ne!(before, after);
+        std::fs::write(m.join("config.pbtxt"), b"name: \"m\"").unwrap();
+        assert_ne!(after, model_fingerprint(&m));
+    }
+}
