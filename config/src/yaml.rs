@@ -48,12 +48,17 @@ pub(crate) fn parse_yaml(text: &str, file: &Path) -> Result<Node, Diagnostics> {
             Ok(e) => e,
             Err(e) => {
                 let m = e.marker();
+                let message = if e.info().contains("recursion limit") {
+                    format!("the document nests deeper than {MAX_DEPTH} levels")
+                } else {
+                    format!("invalid YAML: {}", e.info())
+                };
                 return Err(err(
                     Pos {
                         line: m.line(),
                         column: m.col() + 1,
                     },
-                    format!("invalid YAML: {}", e.info()),
+                    message,
                 ));
             }
         };
