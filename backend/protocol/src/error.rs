@@ -115,10 +115,15 @@ impl ServeError {
         Self::new(ErrorCode::ResourceExhausted, message)
     }
 
-    /// Triton's answer for a model the repository does not know: `INVALID_ARG` (HTTP 400),
+    /// Triton's (2.51) answer for a model the repository does not know: `NOT_FOUND` (HTTP 404),
     /// `Request for unknown model: 'foo' is not found`.
     pub fn unknown_model(name: &str) -> Self {
-        Self::invalid_argument(format!("Request for unknown model: '{name}' is not found"))
+        Self::not_found(format!("Request for unknown model: '{name}' is not found"))
+    }
+
+    /// Triton's answer for a version the model does not have: `NOT_FOUND` (HTTP 404).
+    pub fn unknown_version(name: &str, version: u64) -> Self {
+        Self::not_found(format!("Request for unknown model: '{name}' version {version} is not found"))
     }
 
     /// Triton's answer for a known model without that version ready (HTTP 503, gRPC `UNAVAILABLE`).
@@ -175,7 +180,8 @@ mod tests {
         assert_eq!(ServeError::unavailable("x").http_status(), 503);
         assert_eq!(ServeError::unsupported("x").http_status(), 501);
         assert_eq!(ServeError::invalid_argument("x").http_status(), 400);
-        assert_eq!(ServeError::unknown_model("foo").http_status(), 400);
+        assert_eq!(ServeError::unknown_model("foo").http_status(), 404);
+        assert_eq!(ServeError::unknown_version("foo", 3).http_status(), 404);
         assert_eq!(ServeError::resource_exhausted("x").http_status(), 400);
     }
 

@@ -113,7 +113,7 @@ async fn health_metadata_config_and_stats() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument);
+    assert_eq!(e.code(), Code::NotFound);
     assert_eq!(e.message(), "Request for unknown model: 'nope' is not found");
     let cfg = c
         .model_config(pb::ModelConfigRequest {
@@ -235,7 +235,7 @@ async fn bad_requests_get_invalid_argument_naming_the_problem() {
         ),
         (
             unknown,
-            Code::InvalidArgument,
+            Code::NotFound,
             "Request for unknown model: 'nope'",
         ),
         (version, Code::Unavailable, "version 7"),

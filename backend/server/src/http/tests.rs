@@ -292,7 +292,7 @@ async fn bad_requests_get_4xx_naming_the_problem_and_the_server_keeps_serving() 
             "/v2/models/nope/infer",
             vec![],
             Bytes::from_static(br#"{"inputs":[]}"#),
-            400,
+            404,
             "Request for unknown model: 'nope' is not found",
         ),
         (
@@ -333,7 +333,7 @@ async fn bad_requests_get_4xx_naming_the_problem_and_the_server_keeps_serving() 
     let r = send(&c, a, Method::GET, "/v2/nothing", &[], "").await;
     assert_eq!(r.status.as_u16(), 404);
     let r = send(&c, a, Method::GET, "/v2/models/nope", &[], "").await;
-    assert_eq!(r.status.as_u16(), 400);
+    assert_eq!(r.status.as_u16(), 404);
     let r = send(&c, a, Method::GET, "/v2/models/nope/ready", &[], "").await;
     assert_eq!(
         (r.status.as_u16(), r.json()["ready"].clone()),
