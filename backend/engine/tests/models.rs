@@ -1,0 +1,127 @@
+//! Real-model tests: the networks of `models/export_models.py` (MobileNetV3-style, ResNet-style,
+//! detection, transformer encoder, LSTM speech) against onnxruntime at batch 1, 3 and 16.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use infergate_engine::onnx::{decode_tensor, proto::TensorProto};
+use infergate_engine::{Dim, ExecutorKind, Model, Session, SessionOptions, Tensor};
+use prost::Message;
+
+const BATCHES: [usize; 3] = [1, 3, 16];
+
+/// Generate the models and onnxruntime's outputs once per test binary.
+fn models_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("engine-models");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/export_models.py");
+        let status = std::process::Command::new(support::python::python())
+            .arg(&script)
+            .arg(&dir)
+            .args(["--reference", "1,3,16"])
+            .status()
+            .expect("start python");
+        assert!(
+            status.success(),
+            "export_models.py failed (run `make venv` for onnx/onnxruntime)"
+        );
+        dir
+    })
+}
+
+fn read_pb(p: &Path) -> Tensor {
+    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    decode_tensor(&TensorProto::decode(bytes.as_slice()).unwrap(), None, "pb").unwrap()
+}
+
+fn check_model(name: &str, dynamic_inputs: &[(&str, &[bool])]) {
+    let dir = models_dir();
+    let model = Arc::new(Model::load(dir.join(format!("{name}.onnx"))).unwrap());
+    for (input, dyn_mask) in dynamic_inputs {
+        let spec = model
+            .signature()
+            .inputs
+            .iter()
+            .find(|s| s.name == *input)
+            .unwrap();
+        let got: Vec<bool> = spec.dims.iter().map(|d| matches!(d, Dim::Dynamic(_))).collect();
+        assert_eq!(&got, dyn_mask, "{name}: dynamic dims of input '{input}'");
+    }
+    for out in &model.signature().outputs {
+        assert!(
+            matches!(out.dims[0], Dim::Dynamic(_)),
+            "{name}: output '{}' should have a dynamic batch dim: {:?}",
+            out.name,
+            out.dims
+        );
+    }
+    let session = Session::new(
+        model.clone(),
+        SessionOptions {
+            executor: ExecutorKind::Cpu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for b in BATCHES {
+        let set = dir.join(name).join(format!("b{b}"));
+        let inputs: Vec<(String, Tensor)> = model
+            .signature()
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), read_pb(&set.join(format!("input_{i}.pb")))))
+            .collect();
+        let outputs = session
+            .run_blocking(inputs)
+            .unwrap_or_else(|e| panic!("{name} batch {b}: {e}"));
+        for (i, (oname, got)) in outputs.iter().enumerate() {
+            let want = read_pb(&set.join(format!("output_{i}.pb")));
+            support::conformance::compare(oname, got, &want, 1e-3, 1e-4)
+                .unwrap_or_else(|e| panic!("{name} batch {b}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn mobilenet_v3_matches_onnxruntime() {
+    check_model("mobilenet_v3", &[("input", &[true, false, false, false])]);
+}
+
+#[test]
+fn resnet_matches_onnxruntime() {
+    check_model("resnet", &[("input", &[true, false, false, false])]);
+}
+
+#[test]
+fn detection_matches_onnxruntime() {
+    check_model("detection", &[("image", &[true, false, false, false])]);
+}
+
+#[test]
+fn transformer_matches_onnxruntime() {
+    check_model("transformer", &[("input_ids", &[true, true])]);
+}
+
+#[test]
+fn lstm_speech_matches_onnxruntime() {
+    check_model("lstm_speech", &[("features", &[true, true, false])]);
+}
+
+#[test]
+fn async_run_matches_blocking_run() {
+    let dir = models_dir();
+    let model = Arc::new(Model::load(dir.join("resnet.onnx")).unwrap());
+    let session = Session::new(model, SessionOptions::default()).unwrap();
+    let input = read_pb(&dir.join("resnet/b3/input_0.pb"));
+    let a = session
+        .run_blocking(vec![("input".into(), input.clone())])
+        .unwrap();
+    let b = futures::executor::block_on(session.run(vec![("input".into(), input)])).unwrap();
+    assert_eq!(a, b);
+}
