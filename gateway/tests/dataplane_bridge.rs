@@ -13,9 +13,12 @@ use http::{HeaderMap, Request, Response, Version};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
+/// What the upstream saw of each request: version, headers, body, URI.
+type Seen = Arc<Mutex<Vec<(Version, HeaderMap, Bytes, String)>>>;
+
 #[tokio::test]
 async fn http1_request_goes_upstream_over_h2_with_hop_by_hop_headers_removed() {
-    let seen: Arc<Mutex<Vec<(Version, HeaderMap, Bytes, String)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let log = seen.clone();
     let up = upstream(move |req: Request<Incoming>| {
         let log = log.clone();
@@ -24,7 +27,9 @@ async fn http1_request_goes_upstream_over_h2_with_hop_by_hop_headers_removed() {
             let uri = req.uri().to_string();
             let (parts, body) = req.into_parts();
             let body = body.collect().await.unwrap().to_bytes();
-            log.lock().unwrap().push((version, parts.headers, body.clone(), uri));
+            log.lock()
+                .unwrap()
+                .push((version, parts.headers, body.clone(), uri));
             Response::builder()
                 .header("connection", "x-upstream-private")
                 .header("x-upstream-private", "secret")
@@ -47,21 +52,41 @@ async fn http1_request_goes_upstream_over_h2_with_hop_by_hop_headers_removed() {
         .unwrap();
     let (parts, body) = send(&client, req).await;
     assert_eq!(parts.status, 200);
-    assert_eq!(body, "{\"inputs\":[]}", "the body reaches the upstream and comes back");
-    assert!(parts.headers.get("x-upstream-private").is_none(), "Connection-listed response headers are dropped");
+    assert_eq!(
+        body, "{\"inputs\":[]}",
+        "the body reaches the upstream and comes back"
+    );
+    assert!(
+        parts.headers.get("x-upstream-private").is_none(),
+        "Connection-listed response headers are dropped"
+    );
     assert!(parts.headers.get("keep-alive").is_none());
-    assert_eq!(parts.headers.get("x-request-id").unwrap().len(), 32, "a request id is added and echoed");
+    assert_eq!(
+        parts.headers.get("x-request-id").unwrap().len(),
+        32,
+        "a request id is added and echoed"
+    );
 
     let seen = seen.lock().unwrap();
     let (version, headers, _, uri) = &seen[0];
     assert_eq!(*version, Version::HTTP_2, "the upstream is spoken to over HTTP/2");
-    assert_eq!(uri, "http://models.example:8080/v2/models/m/infer?x=1", "authority and query are kept");
-    assert!(headers.get("x-hop").is_none(), "Connection-listed request headers are dropped");
+    assert_eq!(
+        uri, "http://models.example:8080/v2/models/m/infer?x=1",
+        "authority and query are kept"
+    );
+    assert!(
+        headers.get("x-hop").is_none(),
+        "Connection-listed request headers are dropped"
+    );
     assert!(headers.get("connection").is_none());
     assert!(headers.get("proxy-authorization").is_none());
     assert_eq!(headers.get("te").unwrap(), "trailers", "TE keeps only 'trailers'");
     assert_eq!(headers.get("x-end-to-end").unwrap(), "kept");
-    assert_eq!(headers.get("x-request-id"), parts.headers.get("x-request-id"), "the id is passed upstream");
+    assert_eq!(
+        headers.get("x-request-id"),
+        parts.headers.get("x-request-id"),
+        "the id is passed upstream"
+    );
     assert_eq!(headers.get("x-forwarded-for").unwrap(), "127.0.0.1");
 }
 
@@ -98,7 +123,9 @@ async fn a_callers_request_id_is_kept_and_chunked_bodies_stream_through() {
 async fn h2c_callers_are_served_on_the_same_port() {
     let up = named_upstream("one").await;
     let gw = gateway(&one_route(up.addr, "", "")).await;
-    let req = Request::get(format!("http://{}/v2/health/ready", gw.data_addr())).body(Full::new(Bytes::new())).unwrap();
+    let req = Request::get(format!("http://{}/v2/health/ready", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let (parts, body) = send(&h2c_client(), req).await;
     assert_eq!(parts.status, 200);
     assert_eq!(parts.version, Version::HTTP_2);
@@ -124,7 +151,9 @@ routes:
     let gw = gateway(&yaml).await;
     let client = http1_client();
     for _ in 0..3 {
-        let req = Request::get(format!("http://{}/x", gw.data_addr())).body(Full::new(Bytes::new())).unwrap();
+        let req = Request::get(format!("http://{}/x", gw.data_addr()))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
         let (parts, body) = send(&client, req).await;
         assert_eq!(parts.status, 200);
         assert_eq!(parts.headers["x-seen-version"], "HTTP/1.1");
@@ -151,7 +180,10 @@ async fn websocket_upgrades_and_connect_are_refused_with_a_clear_error() {
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(gw.data_addr()).await.unwrap();
-    stream.write_all(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n").await.unwrap();
+    stream
+        .write_all(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = vec![0u8; 4096];
     let n = stream.read(&mut buf).await.unwrap();
     let text = String::from_utf8_lossy(&buf[..n]);
@@ -188,18 +220,28 @@ routes:
     );
     let gw = gateway(&yaml).await;
     let client = http1_client();
-    let req = Request::get(format!("http://{}/nowhere", gw.data_addr())).body(Full::new(Bytes::new())).unwrap();
+    let req = Request::get(format!("http://{}/nowhere", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let (parts, body) = send(&client, req).await;
     assert_eq!(parts.status, 404);
     assert_eq!(parts.headers["x-infergate-error-origin"], "gateway");
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let msg = v["error"].as_str().unwrap();
-    assert!(msg.contains("/nowhere") && msg.contains("models, health"), "{msg}");
+    assert!(
+        msg.contains("/nowhere") && msg.contains("models, health"),
+        "{msg}"
+    );
 
-    let req = Request::post(format!("http://{}/v2/models/m/infer", gw.data_addr())).body(Full::new(Bytes::new())).unwrap();
+    let req = Request::post(format!("http://{}/v2/models/m/infer", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let (parts, body) = send(&client, req).await;
     assert_eq!(parts.status, 503);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let msg = v["error"].as_str().unwrap();
-    assert!(msg.contains("upstream 'dead'") && msg.contains(&dead.to_string()), "{msg}");
+    assert!(
+        msg.contains("upstream 'dead'") && msg.contains(&dead.to_string()),
+        "{msg}"
+    );
 }

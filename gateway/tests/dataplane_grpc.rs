@@ -32,18 +32,26 @@ async fn health_upstream() -> (SocketAddr, tonic_health::server::HealthReporter)
 }
 
 async fn client(gw: SocketAddr) -> HealthClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{gw}")).unwrap().connect().await.unwrap();
+    let channel = Channel::from_shared(format!("http://{gw}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     HealthClient::new(channel)
 }
 
 fn check(service: &str) -> HealthCheckRequest {
-    HealthCheckRequest { service: service.to_string() }
+    HealthCheckRequest {
+        service: service.to_string(),
+    }
 }
 
 #[tokio::test]
 async fn unary_and_streaming_calls_pass_through_with_their_trailers() {
     let (addr, reporter) = health_upstream().await;
-    reporter.set_service_status("model-a", ServingStatus::Serving).await;
+    reporter
+        .set_service_status("model-a", ServingStatus::Serving)
+        .await;
     let gw = gateway(&one_route(addr, "", "")).await;
     let mut c = client(gw.data_addr()).await;
 
@@ -53,13 +61,18 @@ async fn unary_and_streaming_calls_pass_through_with_their_trailers() {
     // tonic-health answers NOT_FOUND for an unknown service: the status comes from the upstream, intact.
     let err = c.check(check("unknown-model")).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
-    assert!(err.metadata().get("x-infergate-error-origin").is_none(), "not a gateway error");
+    assert!(
+        err.metadata().get("x-infergate-error-origin").is_none(),
+        "not a gateway error"
+    );
 
     // Server streaming: updates arrive through the gateway as they happen.
     let mut stream = c.watch(check("model-a")).await.unwrap().into_inner();
     let first = stream.next().await.unwrap().unwrap();
     assert_eq!(first.status, PbStatus::Serving as i32);
-    reporter.set_service_status("model-a", ServingStatus::NotServing).await;
+    reporter
+        .set_service_status("model-a", ServingStatus::NotServing)
+        .await;
     let second = stream.next().await.unwrap().unwrap();
     assert_eq!(second.status, PbStatus::NotServing as i32);
 }
@@ -67,7 +80,10 @@ async fn unary_and_streaming_calls_pass_through_with_their_trailers() {
 #[tokio::test]
 async fn gateway_errors_reach_grpc_callers_as_grpc_statuses() {
     let (addr, _reporter) = health_upstream().await;
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let yaml = format!(
         r#"
 upstreams:
@@ -97,7 +113,11 @@ routes:
     // No route: UNIMPLEMENTED (gRPC's mapping of 404), naming the routes.
     let err = c.check(check("")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented, "{err:?}");
-    assert!(err.message().contains("watch-goes-nowhere, check"), "{}", err.message());
+    assert!(
+        err.message().contains("watch-goes-nowhere, check"),
+        "{}",
+        err.message()
+    );
 
     let mut req = tonic::Request::new(check(""));
     req.metadata_mut().insert("x-tier", "gold".parse().unwrap());

@@ -47,7 +47,9 @@ async fn a_hundred_reloads_under_load_fail_no_request() {
         load.push(tokio::spawn(async move {
             let client = http1_client();
             while !stop.load(Ordering::Relaxed) {
-                let req = Request::get(format!("http://{addr}/x")).body(Full::new(Bytes::new())).unwrap();
+                let req = Request::get(format!("http://{addr}/x"))
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
                 match client.request(req).await {
                     Ok(r) if r.status() == 200 => ok.fetch_add(1, Ordering::Relaxed),
                     _ => failed.fetch_add(1, Ordering::Relaxed),
@@ -69,7 +71,10 @@ async fn a_hundred_reloads_under_load_fail_no_request() {
             Ok(_) => {}
             Err(e) => {
                 rejected += 1;
-                assert!(e.contains("routes.yaml:"), "a rejection names the file and line: {e}");
+                assert!(
+                    e.contains("routes.yaml:"),
+                    "a rejection names the file and line: {e}"
+                );
             }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -79,7 +84,12 @@ async fn a_hundred_reloads_under_load_fail_no_request() {
         t.await.unwrap();
     }
     assert_eq!(rejected, 40);
-    assert_eq!(failed.load(Ordering::Relaxed), 0, "{} requests succeeded", ok.load(Ordering::Relaxed));
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "{} requests succeeded",
+        ok.load(Ordering::Relaxed)
+    );
     assert!(ok.load(Ordering::Relaxed) > 100);
     assert!(a.hits() > 0 && b.hits() > 0, "both weight settings took effect");
 
@@ -90,9 +100,18 @@ async fn a_hundred_reloads_under_load_fail_no_request() {
     let (_, errors) = admin_get(&gw, "/config/errors").await;
     let v: serde_json::Value = serde_json::from_str(&errors).unwrap();
     assert_eq!(v["last_rejection"]["hash"], "v99");
-    assert!(v["last_rejection"]["error"].as_str().unwrap().contains("routes.yaml"), "{v}");
+    assert!(
+        v["last_rejection"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("routes.yaml"),
+        "{v}"
+    );
     let (_, metrics) = admin_get(&gw, "/metrics").await;
-    assert!(metrics.contains(r#"infergate_gateway_config_reloads_total{result="rejected"}"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"infergate_gateway_config_reloads_total{result="rejected"}"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -105,7 +124,9 @@ async fn in_flight_requests_finish_on_the_rules_they_started_with() {
     let other = named_upstream("other").await;
     let gw = gateway(&one_route(slow.addr, "", "")).await;
     let client = http1_client();
-    let req = Request::get(format!("http://{}/x", gw.data_addr())).body(Full::new(Bytes::new())).unwrap();
+    let req = Request::get(format!("http://{}/x", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let in_flight = tokio::spawn({
         let c = client.clone();
         async move { send(&c, req).await }
@@ -114,25 +135,47 @@ async fn in_flight_requests_finish_on_the_rules_they_started_with() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // The slow upstream disappears from the rules while its request is in flight.
-    gw.reload_text(&one_route(other.addr, "", ""), Path::new("routes.yaml"), "next".into()).unwrap();
+    gw.reload_text(
+        &one_route(other.addr, "", ""),
+        Path::new("routes.yaml"),
+        "next".into(),
+    )
+    .unwrap();
     let (parts, body) = in_flight.await.unwrap();
     assert_eq!(parts.status, 200);
     assert_eq!(body, "slow");
-    let req = Request::get(format!("http://{}/x", gw.data_addr())).body(Full::new(Bytes::new())).unwrap();
-    assert_eq!(send(&client, req).await.1, "other", "new requests use the new rules");
+    let req = Request::get(format!("http://{}/x", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(
+        send(&client, req).await.1,
+        "other",
+        "new requests use the new rules"
+    );
 }
 
 #[tokio::test]
 async fn restart_only_changes_are_reported_and_not_applied() {
     let up = named_upstream("up").await;
     let gw = gateway(&one_route(up.addr, "", "")).await;
-    let changed = format!("listeners:\n  data:\n    address: 127.0.0.1:1\n{}", one_route(up.addr, "", ""));
-    let warnings = gw.reload_text(&changed, Path::new("routes.yaml"), "x".into()).unwrap();
+    let changed = format!(
+        "listeners:\n  data:\n    address: 127.0.0.1:1\n{}",
+        one_route(up.addr, "", "")
+    );
+    let warnings = gw
+        .reload_text(&changed, Path::new("routes.yaml"), "x".into())
+        .unwrap();
     assert!(warnings.iter().any(|w| w.contains("restart")), "{warnings:?}");
     let (_, config) = admin_get(&gw, "/config").await;
     assert!(config.contains("restart"), "{config}");
-    let req = Request::get(format!("http://{}/x", gw.data_addr())).body(Full::new(Bytes::new())).unwrap();
-    assert_eq!(send(&http1_client(), req).await.0.status, 200, "still serving on the old address");
+    let req = Request::get(format!("http://{}/x", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(
+        send(&http1_client(), req).await.0.status,
+        200,
+        "still serving on the old address"
+    );
 }
 
 #[tokio::test]
@@ -145,7 +188,9 @@ async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
     let gw = gateway(&one_route(slow.addr, "", "")).await;
     let addr = gw.data_addr();
     let client = http1_client();
-    let req = Request::get(format!("http://{addr}/x")).body(Full::new(Bytes::new())).unwrap();
+    let req = Request::get(format!("http://{addr}/x"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let in_flight = tokio::spawn({
         let c = client.clone();
         async move { send(&c, req).await }
@@ -160,8 +205,15 @@ async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (status, _) = admin_get(&gw, "/ready").await;
     assert_eq!(status, 503, "not ready while draining");
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no new connections while draining");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no new connections while draining"
+    );
     let (parts, body) = in_flight.await.unwrap();
     assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"finished"[..]));
-    assert_eq!(drain.await.unwrap(), 0, "every connection closed within the drain timeout");
+    assert_eq!(
+        drain.await.unwrap(),
+        0,
+        "every connection closed within the drain timeout"
+    );
 }

@@ -34,13 +34,20 @@ impl Pki {
         let ca = ca_params.self_signed(&ca_key).unwrap();
         std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
         let mut server = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        server.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        server
+            .subject_alt_names
+            .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
         let server_key = KeyPair::generate().unwrap();
         let issuer = Issuer::from_params(&ca_params, &ca_key);
         let server_cert = server.signed_by(&server_key, &issuer).unwrap();
         std::fs::write(dir.path().join("server.pem"), server_cert.pem()).unwrap();
         std::fs::write(dir.path().join("server.key"), server_key.serialize_pem()).unwrap();
-        Pki { ca_der: ca.der().clone(), dir, ca_params, ca_key }
+        Pki {
+            ca_der: ca.der().clone(),
+            dir,
+            ca_params,
+            ca_key,
+        }
     }
 
     /// A client certificate carrying `uri` as its URI SAN.
@@ -50,7 +57,10 @@ impl Pki {
         let key = KeyPair::generate().unwrap();
         let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);
         let cert = p.signed_by(&key, &issuer).unwrap();
-        (vec![cert.der().clone()], PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+        (
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
     }
 
     fn path(&self) -> &Path {
@@ -58,7 +68,11 @@ impl Pki {
     }
 }
 
-fn client_config(pki: &Pki, cert: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
+fn client_config(
+    pki: &Pki,
+    cert: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    alpn: &[u8],
+) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(pki.ca_der.clone()).unwrap();
     let b = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -74,7 +88,11 @@ fn client_config(pki: &Pki, cert: Option<(Vec<CertificateDer<'static>>, PrivateK
 }
 
 /// Sends `n` GETs over one TLS connection; returns (status, negotiated version) of each.
-async fn tls_requests(addr: SocketAddr, config: Arc<rustls::ClientConfig>, n: usize) -> std::io::Result<Vec<(StatusCode, Version)>> {
+async fn tls_requests(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    n: usize,
+) -> std::io::Result<Vec<(StatusCode, Version)>> {
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let tls = tokio_rustls::TlsConnector::from(config)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -83,12 +101,15 @@ async fn tls_requests(addr: SocketAddr, config: Arc<rustls::ClientConfig>, n: us
     let io = TokioIo::new(tls);
     let mut out = Vec::new();
     if h2 {
-        let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), io)
-            .await
-            .map_err(std::io::Error::other)?;
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), io)
+                .await
+                .map_err(std::io::Error::other)?;
         tokio::spawn(conn);
         for _ in 0..n {
-            let req = Request::get("https://localhost/x").body(Full::new(Bytes::new())).unwrap();
+            let req = Request::get("https://localhost/x")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
             let r = sender.send_request(req).await.map_err(std::io::Error::other)?;
             out.push((r.status(), r.version()));
             r.into_body().collect().await.map_err(std::io::Error::other)?;
@@ -99,7 +120,10 @@ async fn tls_requests(addr: SocketAddr, config: Arc<rustls::ClientConfig>, n: us
             .map_err(std::io::Error::other)?;
         tokio::spawn(conn);
         for _ in 0..n {
-            let req = Request::get("/x").header("host", "localhost").body(Full::new(Bytes::new())).unwrap();
+            let req = Request::get("/x")
+                .header("host", "localhost")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
             let r = sender.send_request(req).await.map_err(std::io::Error::other)?;
             out.push((r.status(), r.version()));
             r.into_body().collect().await.map_err(std::io::Error::other)?;
@@ -138,24 +162,47 @@ async fn alpn_picks_h2_or_http1_and_the_peer_identity_names_the_caller() {
     let addr = gw.data_addr();
 
     // Alice's identity has a quota of one request: the second is refused, on h2 and on HTTP/1.1 alike.
-    let alice = tls_requests(addr, client_config(&pki, Some(pki.client("spiffe://test/ns/a/sa/alice")), b"h2"), 2)
-        .await
-        .unwrap();
-    assert_eq!(alice, vec![(StatusCode::OK, Version::HTTP_2), (StatusCode::TOO_MANY_REQUESTS, Version::HTTP_2)]);
-    let alice_h1 =
-        tls_requests(addr, client_config(&pki, Some(pki.client("spiffe://test/ns/a/sa/alice")), b"http/1.1"), 1)
-            .await
-            .unwrap();
+    let alice = tls_requests(
+        addr,
+        client_config(&pki, Some(pki.client("spiffe://test/ns/a/sa/alice")), b"h2"),
+        2,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        alice,
+        vec![
+            (StatusCode::OK, Version::HTTP_2),
+            (StatusCode::TOO_MANY_REQUESTS, Version::HTTP_2)
+        ]
+    );
+    let alice_h1 = tls_requests(
+        addr,
+        client_config(&pki, Some(pki.client("spiffe://test/ns/a/sa/alice")), b"http/1.1"),
+        1,
+    )
+    .await
+    .unwrap();
     assert_eq!(alice_h1, vec![(StatusCode::TOO_MANY_REQUESTS, Version::HTTP_11)]);
 
     // Bob is another identity: untouched by Alice's quota.
-    let bob = tls_requests(addr, client_config(&pki, Some(pki.client("spiffe://test/ns/a/sa/bob")), b"http/1.1"), 3)
-        .await
-        .unwrap();
-    assert!(bob.iter().all(|(s, v)| *s == StatusCode::OK && *v == Version::HTTP_11), "{bob:?}");
+    let bob = tls_requests(
+        addr,
+        client_config(&pki, Some(pki.client("spiffe://test/ns/a/sa/bob")), b"http/1.1"),
+        3,
+    )
+    .await
+    .unwrap();
+    assert!(
+        bob.iter()
+            .all(|(s, v)| *s == StatusCode::OK && *v == Version::HTTP_11),
+        "{bob:?}"
+    );
 
     // Without a certificate (allowed here) the caller is anonymous and unlimited.
-    let anon = tls_requests(addr, client_config(&pki, None, b"h2"), 2).await.unwrap();
+    let anon = tls_requests(addr, client_config(&pki, None, b"h2"), 2)
+        .await
+        .unwrap();
     assert!(anon.iter().all(|(s, _)| *s == StatusCode::OK), "{anon:?}");
 }
 
@@ -165,13 +212,23 @@ async fn a_required_client_certificate_is_enforced() {
     let up = named_upstream("up").await;
     let gw = gateway_at(&config(up.addr, true), &pki.path().join("routes.yaml")).await;
     let refused = tls_requests(gw.data_addr(), client_config(&pki, None, b"h2"), 1).await;
-    assert!(refused.is_err(), "a client without a certificate must not get through: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "a client without a certificate must not get through: {refused:?}"
+    );
     assert_eq!(up.hits(), 0);
 
-    let ok = tls_requests(gw.data_addr(), client_config(&pki, Some(pki.client("spiffe://test/x")), b"h2"), 1)
-        .await
-        .unwrap();
+    let ok = tls_requests(
+        gw.data_addr(),
+        client_config(&pki, Some(pki.client("spiffe://test/x")), b"h2"),
+        1,
+    )
+    .await
+    .unwrap();
     assert_eq!(ok[0].0, StatusCode::OK);
     let (_, metrics) = admin_get(&gw, "/metrics").await;
-    assert!(metrics.contains("infergate_gateway_tls_handshake_failures_total"), "{metrics}");
+    assert!(
+        metrics.contains("infergate_gateway_tls_handshake_failures_total"),
+        "{metrics}"
+    );
 }

@@ -16,7 +16,9 @@ use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
 fn get(gw: &infergate_gateway::server::Gateway, path: &str) -> Request<Full<Bytes>> {
-    Request::get(format!("http://{}{path}", gw.data_addr())).body(Full::new(Bytes::new())).unwrap()
+    Request::get(format!("http://{}{path}", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap()
 }
 
 #[tokio::test]
@@ -67,7 +69,11 @@ routes:
     assert!(msg.contains("1 concurrent and 1 pending"), "{msg}");
     gate.add_permits(2);
     assert_eq!(first.await.unwrap().0.status, 200);
-    assert_eq!(second.await.unwrap().0.status, 200, "the queued request is served once a slot frees");
+    assert_eq!(
+        second.await.unwrap().0.status,
+        200,
+        "the queued request is served once a slot frees"
+    );
     assert_eq!(up.hits(), 2);
 }
 
@@ -132,13 +138,21 @@ routes:
         t.await.unwrap();
     }
     assert_eq!(slow.hits() + fast.hits(), 200);
-    assert!(fast.hits() > 2 * slow.hits(), "fast={} slow={}", fast.hits(), slow.hits());
+    assert!(
+        fast.hits() > 2 * slow.hits(),
+        "fast={} slow={}",
+        fast.hits(),
+        slow.hits()
+    );
 }
 
 #[tokio::test]
 async fn an_endpoint_failing_in_a_row_is_ejected() {
     let bad = upstream(|_req: Request<Incoming>| async {
-        Response::builder().status(500).body(Full::new(Bytes::from_static(b"broken"))).unwrap()
+        Response::builder()
+            .status(500)
+            .body(Full::new(Bytes::from_static(b"broken")))
+            .unwrap()
     })
     .await;
     let good = named_upstream("good").await;
@@ -165,7 +179,11 @@ routes:
             failures += 1;
         }
     }
-    assert_eq!(bad.hits(), 3, "the failing endpoint is ejected after 3 consecutive 5xx");
+    assert_eq!(
+        bad.hits(),
+        3,
+        "the failing endpoint is ejected after 3 consecutive 5xx"
+    );
     assert_eq!(failures, 3, "every later request goes to the healthy endpoint");
     let (status, body) = admin_get(&gw, "/upstreams").await;
     assert_eq!(status, 200);
@@ -174,5 +192,8 @@ routes:
     let bad_ep = eps.iter().find(|e| e["address"] == bad.addr.to_string()).unwrap();
     assert!(bad_ep["ejected_for_ms"].as_u64().unwrap() > 20_000, "{bad_ep}");
     let (_, metrics) = admin_get(&gw, "/metrics").await;
-    assert!(metrics.contains("infergate_gateway_upstream_ejections_total"), "{metrics}");
+    assert!(
+        metrics.contains("infergate_gateway_upstream_ejections_total"),
+        "{metrics}"
+    );
 }

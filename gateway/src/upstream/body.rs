@@ -81,3 +81,54 @@ impl HttpBody for UpstreamBody {
         self.inner.size_hint()
     }
 }
+
+/// A request body that remembers why it failed, so a send error caused by the caller's body (too large,
+/// caller gone) is classified as the caller's fault even when the HTTP/2 layer reports only a reset.
+pub(crate) struct WatchedBody {
+    inner: crate::proxy::Body,
+    failure: Arc<std::sync::OnceLock<super::FailureKind>>,
+}
+
+impl WatchedBody {
+    pub(crate) fn new(
+        inner: crate::proxy::Body,
+    ) -> (WatchedBody, Arc<std::sync::OnceLock<super::FailureKind>>) {
+        let failure = Arc::new(std::sync::OnceLock::new());
+        (
+            WatchedBody {
+                inner,
+                failure: Arc::clone(&failure),
+            },
+            failure,
+        )
+    }
+}
+
+impl HttpBody for WatchedBody {
+    type Data = Bytes;
+    type Error = crate::proxy::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(e))) = &polled {
+            let kind = if e.is::<http_body_util::LengthLimitError>() {
+                super::FailureKind::RequestBodyTooLarge
+            } else {
+                super::FailureKind::RequestBody
+            };
+            let _ = self.failure.set(kind);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

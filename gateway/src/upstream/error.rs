@@ -98,6 +98,18 @@ impl UpstreamError {
         self
     }
 
+    /// The same error with another kind and a detail to match (the caller's body failed, not the upstream).
+    pub(crate) fn reclassify(mut self, kind: FailureKind) -> Self {
+        self.kind = kind;
+        self.detail = match kind {
+            FailureKind::RequestBodyTooLarge => "the request body is larger than the gateway allows".into(),
+            FailureKind::RequestBody => "reading the request body from the caller failed".into(),
+            _ => self.detail,
+        };
+        self.source = None;
+        self
+    }
+
     /// The kind of failure.
     pub fn kind(&self) -> FailureKind {
         self.kind

@@ -140,10 +140,22 @@ impl Upstream {
             endpoint.addr(),
             self.settings.connect.tls.as_ref(),
         );
+        let (req, body_failure) = {
+            let (parts, body) = req.into_parts();
+            let (watched, failure) = body::WatchedBody::new(body);
+            (
+                http::Request::from_parts(parts, crate::proxy::boxed(watched)),
+                failure,
+            )
+        };
         let result = endpoint
             .pool()
             .send(name, endpoint.addr(), &self.settings.connect, req)
-            .await;
+            .await
+            .map_err(|e| match body_failure.get() {
+                Some(kind) => e.reclassify(*kind),
+                None => e,
+            });
         match result {
             Ok(resp) => {
                 if resp.status().is_server_error() {

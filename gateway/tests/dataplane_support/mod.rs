@@ -55,7 +55,9 @@ where
     let counter = hits.clone();
     let task = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let handler = handler.clone();
             let counter = counter.clone();
             tokio::spawn(async move {
@@ -99,7 +101,10 @@ pub async fn gateway_at(yaml: &str, file: &Path) -> Arc<Gateway> {
     Gateway::start(
         config,
         "test".into(),
-        Overrides { data: Some("127.0.0.1:0".parse().unwrap()), admin: Some("127.0.0.1:0".parse().unwrap()) },
+        Overrides {
+            data: Some("127.0.0.1:0".parse().unwrap()),
+            admin: Some("127.0.0.1:0".parse().unwrap()),
+        },
     )
     .await
     .unwrap()
@@ -130,7 +135,9 @@ pub fn http1_client() -> Client<HttpConnector, Full<Bytes>> {
 
 /// An h2c (prior knowledge) client.
 pub fn h2c_client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).http2_only(true).build_http()
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
 }
 
 /// Sends a request and collects the response.
@@ -145,7 +152,9 @@ pub async fn send(
 
 /// GETs `path` on the admin port and returns status and body.
 pub async fn admin_get(gw: &Gateway, path: &str) -> (u16, String) {
-    let req = Request::get(format!("http://{}{path}", gw.admin_addr())).body(Full::new(Bytes::new())).unwrap();
+    let req = Request::get(format!("http://{}{path}", gw.admin_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let (parts, body) = send(&http1_client(), req).await;
     (parts.status.as_u16(), String::from_utf8_lossy(&body).into_owned())
 }
