@@ -767,6 +767,8 @@ impl Compiler<'_> {
                 extrapolation_value,
                 scales,
                 roi,
+                cubic_coeff_a,
+                exclude_outside,
                 ..
             } => {
                 let x = self.input(n, 0)?;
@@ -774,12 +776,7 @@ impl Compiler<'_> {
                 let mode = match mode {
                     ResizeMode::Nearest => 0,
                     ResizeMode::Linear => 1,
-                    ResizeMode::Cubic => {
-                        return Err(GpuError::unsupported(
-                            "cubic Resize is not implemented on the wgpu executor (nearest and linear are); \
-                             use the CPU executor for this model",
-                        ));
-                    }
+                    ResizeMode::Cubic => 2,
                 };
                 let spec = ResizeSpec {
                     mode,
@@ -798,6 +795,8 @@ impl Compiler<'_> {
                         NearestMode::Ceil => 3,
                     },
                     extrapolation: *extrapolation_value,
+                    cubic_a: *cubic_coeff_a,
+                    exclude_outside: *exclude_outside,
                 };
                 let y = pool::resize(&mut self.b, &name, &x, spec, scales, roi, &out_shape)?;
                 self.set(n, 0, y)

@@ -205,11 +205,21 @@ fn ew_sigmoid(x: f32) -> f32 {
     return e / (1.0 + e);
 }
 fn ew_tanh(x: f32) -> f32 {
-    // tanh() of large arguments is NaN on some drivers; clamp where tanh is already +-1 in f32.
+    // Drivers may evaluate tanh through exp(2x), which cancels for small x (lavapipe loses ~1e-3 relative
+    // at 1e-4): use the series there. Large arguments are NaN on some drivers: clamp where tanh is +-1.
+    if (abs(x) < 0.01) {
+        let x2 = x * x;
+        return x * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0)));
+    }
     return tanh(clamp(x, -15.0, 15.0));
 }
 fn ew_softplus(x: f32) -> f32 {
-    return max(x, 0.0) + log(1.0 + exp(-abs(x)));
+    // log(1 + e) loses e's digits in f32 when e is small; use its series there.
+    let e = exp(-abs(x));
+    if (e < 1e-3) {
+        return max(x, 0.0) + e * (1.0 - e * (0.5 - e / 3.0));
+    }
+    return max(x, 0.0) + log(1.0 + e);
 }
 fn ew_pow(a: f32, b: f32) -> f32 {
     if (b == 0.0) { return 1.0; }

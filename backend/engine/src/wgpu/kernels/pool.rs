@@ -108,7 +108,7 @@ pub(crate) fn pool(
 /// Resize interpolation, numbered as the kernel's constants.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct ResizeSpec {
-    /// 0 nearest, 1 linear.
+    /// 0 nearest, 1 linear, 2 cubic.
     pub(crate) mode: u32,
     /// 0 half_pixel, 1 pytorch_half_pixel, 2 align_corners, 3 asymmetric, 4 tf_crop_and_resize,
     /// 5 half_pixel_symmetric.
@@ -116,6 +116,10 @@ pub(crate) struct ResizeSpec {
     /// 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil.
     pub(crate) nearest: u32,
     pub(crate) extrapolation: f32,
+    /// Cubic coefficient `a`.
+    pub(crate) cubic_a: f32,
+    /// Cubic: drop taps outside the input and renormalise.
+    pub(crate) exclude_outside: bool,
 }
 
 /// Resize `x` to `out_shape` with per-dim `scales` (and `roi` `[start.., end..]` for tf_crop_and_resize).
@@ -153,7 +157,12 @@ pub(crate) fn resize(
     let od: Vec<u32> = out_shape.iter().map(|&d| d as u32).collect();
     let id: Vec<u32> = x.shape.iter().map(|&d| d as u32).collect();
     let params = Params::new()
-        .u4([n as u32, r as u32, spec.extrapolation.to_bits(), 0])
+        .u4([
+            n as u32,
+            r as u32,
+            spec.extrapolation.to_bits(),
+            spec.cubic_a.to_bits(),
+        ])
         .dims8(&od)
         .dims8(&id)
         .floats(&sc)
@@ -164,6 +173,7 @@ pub(crate) fn resize(
         .constant("MODE", format!("{}u", spec.mode))
         .constant("COORD", format!("{}u", spec.coord))
         .constant("NEAREST", format!("{}u", spec.nearest))
+        .constant("EXCLUDE_OUTSIDE", spec.exclude_outside)
         .build()?;
     b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], grid_1d(n, 256))?;
     Ok(y)
@@ -185,11 +195,12 @@ pub(crate) fn variants() -> GpuResult<Vec<KernelSource>> {
             .constant("COUNT_PAD", true)
             .build()?,
     ];
-    for mode in 0..2 {
+    for mode in 0..3 {
         for coord in 0..6 {
             v.push(
                 Template::new("resize", WGSL_RESIZE)
                     .alias("T", if mode == 0 { "i32" } else { "f16" })
+                    .constant("EXCLUDE_OUTSIDE", mode == 2)
                     .constant("MODE", format!("{mode}u"))
                     .constant("COORD", format!("{coord}u"))
                     .constant("NEAREST", format!("{}u", coord % 4))

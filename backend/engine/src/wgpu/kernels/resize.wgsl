@@ -1,19 +1,21 @@
-// Resize (nearest and multi-linear) over up to 8 dims, one invocation per output element. Each dim maps
+// Resize (nearest, multi-linear, cubic) over up to 8 dims, one invocation per output element. Each dim maps
 // its output coordinate to an input coordinate with the ONNX coordinate transformation; linear mode
-// interpolates between the two neighbours in every dim (2^rank taps; dims with no fractional part
-// contribute weight 1 to one tap).
+// interpolates between the two neighbours in every dim (2^rank taps), cubic between four (Keys kernel with
+// coefficient a, edge-clamped or, with exclude_outside, renormalised); a dim whose coordinate has no
+// fractional part contributes one tap.
 
 alias T = f32;
 
-// 0 nearest, 1 linear
+// 0 nearest, 1 linear, 2 cubic
 const MODE: u32 = 0u;
+const EXCLUDE_OUTSIDE: bool = false;
 // 0 half_pixel, 1 pytorch_half_pixel, 2 align_corners, 3 asymmetric, 4 tf_crop_and_resize, 5 half_pixel_symmetric
 const COORD: u32 = 0u;
 // 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil
 const NEAREST: u32 = 0u;
 
 struct Params {
-    // x: total, y: rank, z: extrapolation value (f32 bits)
+    // x: total, y: rank, z: extrapolation value (f32 bits), w: cubic coefficient (f32 bits)
     n: vec4<u32>,
     out_dims: array<vec4<u32>, 2>,
     in_dims: array<vec4<u32>, 2>,
@@ -40,10 +42,12 @@ fn source(c: u32, d: u32) -> f32 {
         return 0.0;
     }
     if (COORD == 2u) {
-        if (out_len == 1.0) {
+        // The resized length is in_len * scale (not rounded), as the ONNX reference computes it.
+        let resized = in_len * scale;
+        if (resized <= 1.0) {
             return 0.0;
         }
-        return xf * (in_len - 1.0) / (out_len - 1.0);
+        return xf * (in_len - 1.0) / (resized - 1.0);
     }
     if (COORD == 3u) {
         return xf / scale;
@@ -80,6 +84,82 @@ fn nearest(v: f32) -> f32 {
         return f;
     }
     return round(v);
+}
+
+fn cubic_weights(t: f32) -> vec4<f32> {
+    let a = bitcast<f32>(p.n.w);
+    let t0 = t + 1.0;
+    let t1 = t;
+    let t2 = 1.0 - t;
+    let t3 = 2.0 - t;
+    return vec4<f32>(
+        ((a * t0 - 5.0 * a) * t0 + 8.0 * a) * t0 - 4.0 * a,
+        ((a + 2.0) * t1 - (a + 3.0)) * t1 * t1 + 1.0,
+        ((a + 2.0) * t2 - (a + 3.0)) * t2 * t2 + 1.0,
+        ((a * t3 - 5.0 * a) * t3 + 8.0 * a) * t3 - 4.0 * a,
+    );
+}
+
+fn cubic(i: u32) -> f32 {
+    let rank = p.n.y;
+    var base: array<i32, 8>;
+    var taps: array<u32, 8>;
+    var weights: array<vec4<f32>, 8>;
+    var strides: array<u32, 8>;
+    var sizes: array<i32, 8>;
+    var rem = i;
+    var stride = 1u;
+    var total = 1u;
+    for (var d = rank; d > 0u; d = d - 1u) {
+        let a = d - 1u;
+        let od = p.out_dims[a / 4u][a % 4u];
+        let n = p.in_dims[a / 4u][a % 4u];
+        let c = rem % od;
+        rem = rem / od;
+        strides[a] = stride;
+        stride = stride * n;
+        sizes[a] = i32(n);
+        let s = source(c, a);
+        let f = floor(s);
+        let t = s - f;
+        if (t == 0.0) {
+            base[a] = i32(f);
+            taps[a] = 1u;
+            weights[a] = vec4<f32>(1.0, 0.0, 0.0, 0.0);
+        } else {
+            base[a] = i32(f) - 1;
+            taps[a] = 4u;
+            var w = cubic_weights(t);
+            if (EXCLUDE_OUTSIDE) {
+                for (var k = 0; k < 4; k = k + 1) {
+                    let at = i32(f) - 1 + k;
+                    if (at < 0 || at >= i32(n)) {
+                        w[k] = 0.0;
+                    }
+                }
+                w = w / (w.x + w.y + w.z + w.w);
+            }
+            weights[a] = w;
+        }
+        total = total * taps[a];
+    }
+    var acc = 0.0;
+    for (var t = 0u; t < total; t = t + 1u) {
+        var r = t;
+        var w = 1.0;
+        var off = 0u;
+        for (var a = 0u; a < rank; a = a + 1u) {
+            let k = r % taps[a];
+            r = r / taps[a];
+            w = w * weights[a][k];
+            let at = clamp(base[a] + i32(k), 0, sizes[a] - 1);
+            off = off + u32(at) * strides[a];
+        }
+        if (w != 0.0) {
+            acc = acc + w * f32(x[off]);
+        }
+    }
+    return acc;
 }
 
 @compute @workgroup_size(WG)
@@ -123,6 +203,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     if (outside) {
         y[i] = T(bitcast<f32>(p.n.z));
+        return;
+    }
+    if (MODE == 2u) {
+        y[i] = T(cubic(i));
         return;
     }
     if (MODE == 0u) {

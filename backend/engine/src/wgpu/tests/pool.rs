@@ -86,18 +86,24 @@ fn resize_nearest_and_linear() {
             coord: 0,
             nearest: 0,
             extrapolation: 0.0,
+            cubic_a: -0.75,
+            exclude_outside: false,
         };
         let linear = ResizeSpec {
             mode: 1,
             coord: 0,
             nearest: 0,
             extrapolation: 0.0,
+            cubic_a: -0.75,
+            exclude_outside: false,
         };
         let align = ResizeSpec {
             mode: 1,
             coord: 2,
             nearest: 0,
             extrapolation: 0.0,
+            cubic_a: -0.75,
+            exclude_outside: false,
         };
         Ok(vec![
             pool::resize(b, "n", &t[0], nearest, &[1.0, 1.0, 2.0, 3.0], &[], &[1, 1, 4, 6])?,
