@@ -123,7 +123,9 @@ impl ServeError {
 
     /// Triton's answer for a version the model does not have: `NOT_FOUND` (HTTP 404).
     pub fn unknown_version(name: &str, version: u64) -> Self {
-        Self::not_found(format!("Request for unknown model: '{name}' version {version} is not found"))
+        Self::not_found(format!(
+            "Request for unknown model: '{name}' version {version} is not found"
+        ))
     }
 
     /// Triton's answer for a known model without that version ready (HTTP 503, gRPC `UNAVAILABLE`).

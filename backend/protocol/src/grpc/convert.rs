@@ -53,6 +53,9 @@ pub fn infer_request_from_proto(req: pb::ModelInferRequest) -> Result<InferReque
             }
             // A REST-only switch some clients set on every transport; meaningless here.
             "binary_data_output" => {}
+            // perf_analyzer sends it on every gRPC request; it only matters for decoupled models,
+            // which this server does not have.
+            "triton_enable_empty_final_response" => {}
             _ if key.starts_with("triton_") => {
                 return Err(ServeError::invalid_argument(format!(
                     "parameter '{key}': keys starting with 'triton_' are reserved for the server"

@@ -173,6 +173,28 @@ fn bad_requests_name_the_problem() {
 }
 
 #[test]
+fn perf_analyzers_empty_final_response_flag_is_accepted_other_reserved_keys_are_not() {
+    use pb::infer_parameter::ParameterChoice;
+    let flag = |key: &str| {
+        let mut r = request(vec![], vec![]);
+        r.parameters.insert(
+            key.into(),
+            pb::InferParameter {
+                parameter_choice: Some(ParameterChoice::BoolParam(false)),
+            },
+        );
+        infer_request_from_proto(r)
+    };
+    assert!(
+        flag("triton_enable_empty_final_response")
+            .unwrap()
+            .parameters
+            .is_empty()
+    );
+    assert!(flag("triton_other").unwrap_err().message.contains("reserved"));
+}
+
+#[test]
 fn responses_go_out_raw_and_come_back_the_same() {
     let mut params = Parameters::new();
     params.insert("k".into(), Parameter::Double(0.5));

@@ -81,6 +81,8 @@ pub fn decode_infer_request(
                     })?;
                     request.timeout = Some(Duration::from_micros(us));
                 }
+                // Only meaningful for decoupled models (none here); clients may send it anyway.
+                "triton_enable_empty_final_response" => {}
                 _ if key.starts_with("triton_") => {
                     return Err(ServeError::invalid_argument(format!(
                         "parameter '{key}': keys starting with 'triton_' are reserved for the server"
