@@ -431,6 +431,8 @@ impl<'a, 'f> De<'a, 'f> {
                 }
                 Ok(out)
             }
+            // `parameters {}`: an empty map.
+            (Value::Map(m), Origin::Pbtxt) if m.is_empty() => Ok(Vec::new()),
             (Value::Map(_), Origin::Pbtxt) => self.pb_map_entry(self.node).map(|e| vec![e]),
             (Value::Seq(items, _), Origin::Pbtxt) => items.iter().map(|n| self.pb_map_entry(n)).collect(),
             _ => Err(self.err(format!("expected a mapping, found {}", self.node.describe()))),

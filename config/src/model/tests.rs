@@ -362,3 +362,17 @@ fn onnx_defaults_in_json() {
     assert_eq!(DataType::TYPE_STRING.kserve_name(), Some("BYTES"));
     assert_eq!(DataType::TYPE_FP16.size(), Some(2));
 }
+
+#[test]
+fn scheduler_rules() {
+    assert_problem(
+        &format!("{OK}dynamic_batching {{ }}\nsequence_batching {{ oldest {{ }} }}\n"),
+        "config.pbtxt:1:7: model 'm': dynamic_batching, sequence_batching and ensemble_scheduling exclude each other; keep one",
+    );
+    assert_problem(
+        &format!("{OK}sequence_batching {{ direct {{ }} oldest {{ }} }}\n"),
+        "config.pbtxt:6:19: model 'm': sequence_batching sets both direct and oldest; keep one",
+    );
+    let empty_maps = pb(&format!("{OK}parameters {{}}\nmetric_tags {{ }}\n")).unwrap();
+    assert!(empty_maps.parameters.is_empty() && empty_maps.metric_tags.is_empty());
+}

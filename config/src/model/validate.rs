@@ -321,6 +321,26 @@ pub(super) fn validate(c: &ModelConfig, spans: &SpanIndex, file: &Path) -> Diagn
             }
         }
     }
+    if let Some(s) = &c.sequence_batching
+        && s.direct.is_some()
+        && s.oldest.is_some()
+    {
+        k.error(
+            "sequence_batching",
+            format!("model '{model}': sequence_batching sets both direct and oldest; keep one"),
+        );
+    }
+    let schedulers = [
+        c.dynamic_batching.is_some(),
+        c.sequence_batching.is_some(),
+        c.ensemble_scheduling.is_some(),
+    ];
+    if schedulers.iter().filter(|b| **b).count() > 1 {
+        k.error(
+            "name",
+            format!("model '{model}': dynamic_batching, sequence_batching and ensemble_scheduling exclude each other; keep one"),
+        );
+    }
     if let Some(e) = &c.ensemble_scheduling {
         ensemble_checks(&mut k, c, e, &model);
     } else if is_ensemble {
