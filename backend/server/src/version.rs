@@ -235,6 +235,11 @@ impl LoadedVersion {
         })
     }
 
+    /// The version left the serving set: queued requests run now, without waiting for batches to fill.
+    pub fn retire(&self) {
+        self.batcher.drain_now();
+    }
+
     /// Requests queued (`nv_inference_pending_request_count`).
     pub fn pending(&self) -> usize {
         self.batcher.pending()

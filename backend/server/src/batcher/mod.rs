@@ -223,6 +223,7 @@ struct State<E: BatchExecutor> {
     free: Vec<usize>,
     running: usize,
     closed: bool,
+    draining: bool,
     next_batch_seq: u64,
     order: Reorder<E::Output, E::Error>,
 }
@@ -297,6 +298,7 @@ impl<E: BatchExecutor> Batcher<E> {
                 free: (0..instances.len()).rev().collect(),
                 running: 0,
                 closed: false,
+                draining: false,
                 next_batch_seq: 0,
                 order: Reorder {
                     next: 0,
@@ -369,6 +371,13 @@ impl<E: BatchExecutor> Batcher<E> {
         }
         self.shared.wake.notify_one();
         Ok(Ticket { rx })
+    }
+
+    /// The version left the serving set: run what is queued at once instead of waiting for batches to
+    /// fill. Requests still arriving (from callers that picked this version just before) are taken.
+    pub fn drain_now(&self) {
+        lock(&self.shared.state).draining = true;
+        self.shared.wake.notify_one();
     }
 
     /// Requests waiting in the queue (not yet executing).
@@ -484,8 +493,13 @@ async fn schedule<E: BatchExecutor>(shared: Arc<Shared<E>>, instances: Vec<Arc<E
                 wake_at = Some(t);
             }
             if !st.free.is_empty() {
-                // A closing batcher gets no more requests: waiting for a batch to fill is pointless.
-                let delay = if st.closed { Duration::ZERO } else { delay };
+                // A closing or retired batcher gets no more requests: waiting for a batch to fill is
+                // pointless.
+                let delay = if st.closed || st.draining {
+                    Duration::ZERO
+                } else {
+                    delay
+                };
                 match plan(&shared.config, &st.queue, now, delay, cap) {
                     Plan::Dispatch(n) => {
                         let batch = st.queue.take(n);

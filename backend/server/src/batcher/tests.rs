@@ -469,6 +469,20 @@ async fn dropping_the_last_handle_drains_queued_requests_then_stops() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_retired_batcher_runs_its_queue_at_once_and_still_takes_late_requests() {
+    let mut h = Harness::new(batching(8, 10_000), 1, 1);
+    let queued = h.send().1;
+    settle().await;
+    h.batcher.drain_now();
+    let c = queued.await;
+    assert!(c.result.is_ok());
+    assert_eq!(c.queue_time, Duration::ZERO, "no wait for the 10 s delay");
+    let late = h.send().1.await;
+    assert!(late.result.is_ok());
+    assert_eq!(late.queue_time, Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_request_whose_caller_left_is_not_executed() {
     let mut h = Harness::new(batching(1, 0), 1, 10);
     let running = h.send().1;

@@ -361,6 +361,7 @@ impl Repository {
             });
             for (v, lv) in e.serving.iter() {
                 if !new_set.get(v).is_some_and(|n| Arc::ptr_eq(n, lv)) {
+                    lv.retire();
                     e.draining.push((*v, Arc::downgrade(lv)));
                     if !new_set.contains_key(v) {
                         e.status.insert(*v, (ModelState::Unavailable, "unloaded".into()));
@@ -421,6 +422,7 @@ impl Repository {
         e.config_hash = 0;
         let old = std::mem::take(&mut e.serving);
         for (v, lv) in old.iter() {
+            lv.retire();
             e.draining.push((*v, Arc::downgrade(lv)));
         }
         for (_, (state, reason)) in e.status.iter_mut() {
