@@ -376,3 +376,65 @@ fn scheduler_rules() {
     let empty_maps = pb(&format!("{OK}parameters {{}}\nmetric_tags {{ }}\n")).unwrap();
     assert!(empty_maps.parameters.is_empty() && empty_maps.metric_tags.is_empty());
 }
+
+/// Asserts a diagnostic with exactly this message (after its `file:line:column: ` prefix) exists.
+fn assert_message(text: &str, message: &str) {
+    let all = problems(text);
+    assert!(
+        all.iter()
+            .any(|p| p.split_once(": ").is_some_and(|(_, m)| m == message)),
+        "expected message\n  {message}\namong\n  {}",
+        all.join("\n  ")
+    );
+}
+
+#[test]
+fn remaining_rules_have_exact_messages() {
+    let io = "name: \"m\"\nmax_batch_size: 0\ninput { data_type: TYPE_FP32 dims: [ 1 ] }\n\
+output { name: \"y\" data_type: TYPE_FP32 dims: [ 1 ] }\noutput { name: \"y\" data_type: TYPE_FP32 dims: [ 1 ] }\n\
+version_policy { specific { versions: [ -1 ] } }\ninstance_group { kind: KIND_GPU gpus: [ -2 ] }\n\
+model_warmup { name: \"w\" batch_size: 4 }\nmodel_warmup { batch_size: 1 inputs { key: \"\" value { zero_data: true dims: [ 1 ] } } }\n";
+    assert_message(io, "model 'm': an input has no name");
+    assert_message(io, "model 'm': output 'y' is declared twice");
+    assert_message(io, "model 'm': version -1 is negative");
+    assert_message(io, "model 'm': GPU indices cannot be negative");
+    assert_message(
+        io,
+        "model 'm': warmup 'w' has batch_size 4 but the model does not batch",
+    );
+    assert_message(io, "model 'm': warmup 'w' gives no inputs");
+    assert_message(io, "model 'm': warmup #1 input '' has no data_type");
+    let prio = format!("{OK}dynamic_batching {{ default_priority_level: 1 preferred_batch_size: [ 0 ] }}\n");
+    assert_message(
+        &prio,
+        "model 'm': default_priority_level is set but priority_levels is 0",
+    );
+    assert_message(&prio, "model 'm': preferred batch size 0 must be positive");
+    let ens =
+        "name: \"e\"\nplatform: \"ensemble\"\noutput { name: \"o\" data_type: TYPE_FP32 dims: [ 1 ] }\n";
+    assert_message(
+        ens,
+        "model 'e': platform is ensemble but there is no ensemble_scheduling",
+    );
+    let ens2 = format!("{ens}ensemble_scheduling {{ }}\n");
+    assert_message(&ens2, "ensemble 'e' has no steps");
+    let ens3 =
+        format!("{ens}ensemble_scheduling {{ step {{ output_map {{ key: \"a\" value: \"o\" }} }} }}\n");
+    assert_message(&ens3, "ensemble 'e': step 0 names no model");
+    assert_message(
+        "name: \"m\"\noutput { name: \"y\" data_type: TYPE_FP32 dims: [ 1 ] }\n",
+        "warning: model 'm' declares no inputs",
+    );
+    let trt = pb(&OK.replace("onnxruntime_onnx", "tensorrt_plan")).unwrap();
+    let d: Vec<String> = trt
+        .support_diagnostics(Path::new("c"), None)
+        .iter()
+        .map(|d| d.message.clone())
+        .collect();
+    assert_eq!(
+        d,
+        vec!["model 'm': platform 'tensorrt_plan' is not supported by infergate"]
+    );
+    let decoupled = pb(&format!("{OK}model_transaction_policy {{ decoupled: true }}\n")).unwrap();
+    assert!(decoupled.support_diagnostics(Path::new("c"), None).has_errors());
+}

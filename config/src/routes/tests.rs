@@ -520,3 +520,108 @@ fn serializes_back_to_a_config_that_parses_the_same() {
     let again = parse(&json).unwrap();
     assert_eq!(again, c);
 }
+
+/// Asserts a diagnostic with exactly this message (after its `file:line:column: ` prefix) exists.
+fn assert_message(text: &str, message: &str) {
+    let all = problems(text);
+    assert!(
+        all.iter()
+            .any(|p| p.split_once(": ").is_some_and(|(_, m)| m == message)),
+        "expected message\n  {message}\namong\n  {}",
+        all.join("\n  ")
+    );
+}
+
+#[test]
+fn remaining_rules_have_exact_messages() {
+    let listeners = format!(
+        "{BASE}listeners:\n  limits: {{ max_headers: 0, header_read_timeout: 0s, idle_timeout: 0s }}\n"
+    );
+    assert_message(&listeners, "max_headers is 0, so no request could be served");
+    assert_message(
+        &listeners,
+        "header_read_timeout is 0s; use a positive duration such as 10s",
+    );
+    assert_message(
+        &listeners,
+        "idle_timeout is 0s; use a positive duration such as 60s",
+    );
+
+    let upstreams = "\
+upstreams:
+  - name: ''
+    endpoints: [\"h:1\"]
+    resolve_interval: 0s
+    max_concurrent_requests: 0
+    outlier_detection: { interval: 0s }
+  - name: t
+    endpoints: [\"h:2\"]
+    protocol: h2-tls
+    tls: { ca: ca.pem, cert: c.pem }
+routes: [{ name: r, destinations: [{ upstream: t }] }]
+";
+    assert_message(upstreams, "upstream name is empty");
+    assert_message(
+        upstreams,
+        "upstream '': resolve_interval is 0s; use a positive duration",
+    );
+    assert_message(
+        upstreams,
+        "upstream '': max_concurrent_requests is 0, so no request could be sent",
+    );
+    assert_message(
+        upstreams,
+        "upstream '': outlier detection interval and base_ejection_time must be positive",
+    );
+    assert_message(
+        upstreams,
+        "upstream 't': tls.cert and tls.key must be given together",
+    );
+    assert_message(
+        upstreams,
+        "upstream CA file 'ca.pem' does not exist (hint: relative paths are resolved against the config file's folder)",
+    );
+
+    let routes = "\
+upstreams: [{ name: a, endpoints: [\"h:1\"] }]
+routes:
+  - name: ''
+    match: { host: '', model: '' }
+    destinations: [{ upstream: a, model_version: '' }]
+    retries: { per_try_timeout: 0s }
+    fault: {}
+    canary: { baseline: a, canary: a, window: 0s, promotion: { steps: [], interval: 0s } }
+  - name: d
+    match: { model: m }
+    destinations: [{ upstream: a }]
+    timeout: 1s
+    fault: { delay: { duration: 2s, percent: 101 } }
+";
+    assert_message(routes, "route name is empty");
+    assert_message(
+        routes,
+        "route '': host '' is not a host name or a '*.suffix' wildcard",
+    );
+    assert_message(routes, "route '': model name is empty");
+    assert_message(routes, "route '': model_version is empty");
+    assert_message(routes, "route '': per_try_timeout is 0s");
+    assert_message(
+        routes,
+        "warning: route '': 'fault' has neither delay nor abort; it does nothing",
+    );
+    assert_message(
+        routes,
+        "route '': canary and baseline are the same destination 'a'",
+    );
+    assert_message(routes, "route '': canary window is 0s");
+    assert_message(routes, "route '': promotion has no steps");
+    assert_message(routes, "route '': promotion interval is 0s");
+    assert_message(
+        routes,
+        "fault delay percent is 101, but a percentage must be between 0 and 100",
+    );
+    assert_message(
+        routes,
+        "warning: route 'd': injected delay 2s is not shorter than the route timeout 1s, so delayed requests time out",
+    );
+}
