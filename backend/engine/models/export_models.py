@@ -239,6 +239,29 @@ MODELS = {
 }
 
 
+def op_models():
+    """Single-op models for GFLOP/s figures: (name, model, inputs spec, flops)."""
+    out = []
+    rng = np.random.default_rng(7)
+    for m, k, n in [(256, 256, 256), (1024, 1024, 1024), (128, 768, 3072), (8, 1024, 1024)]:
+        b = Builder(f"op_matmul_{m}x{k}x{n}", 0)
+        b.const(rng.standard_normal((k, n)).astype(np.float32), "w")
+        b.nodes.append(helper.make_node("MatMul", ["a", b.inits[-1].name], ["y"]))
+        model = b.model([helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])])
+        out.append((b.name, model, {"a": [m, k]}, 2 * m * k * n))
+    for c, h, mo, k, g, s in [(64, 56, 64, 3, 1, 1), (256, 14, 256, 1, 1, 1), (144, 56, 144, 3, 144, 1), (32, 112, 64, 3, 1, 2)]:
+        b = Builder(f"op_conv_c{c}_h{h}_m{mo}_k{k}_g{g}_s{s}", 0)
+        w = b.const((rng.standard_normal((mo, c // g, k, k)) * 0.1).astype(np.float32), "w")
+        p = k // 2
+        b.nodes.append(helper.make_node("Conv", ["x", w], ["y"], kernel_shape=[k, k], pads=[p] * 4, strides=[s, s], group=g))
+        ho = (h + 2 * p - k) // s + 1
+        model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, mo, ho, ho])])
+        out.append((b.name, model, {"x": [1, c, h, h]}, 2 * mo * ho * ho * (c // g) * k * k))
+    return out
+
+
 def make_input(spec, batch, rng):
     if spec[0] == "ids":
         _, seq, vocab = spec
@@ -252,8 +275,26 @@ def main():
     ap.add_argument("--size", default="ci", choices=["ci", "bench"])
     ap.add_argument("--reference", default="")
     ap.add_argument("--only", default="")
+    ap.add_argument("--manifest", action="store_true", help="also write single-op models and manifest.json")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.manifest:
+        import json
+        manifest = {}
+        for name, fn in MODELS.items():
+            _, specs = fn(a.size)
+            inputs = []
+            for k, sp in specs.items():
+                if sp[0] == "ids":
+                    inputs.append({"name": k, "dtype": "INT64", "shape": [-1, sp[1]], "high": sp[2]})
+                else:
+                    inputs.append({"name": k, "dtype": "FP32", "shape": [-1] + list(sp)})
+            manifest[name] = {"inputs": inputs}
+        for name, model, specs, flops in op_models():
+            onnx.save(model, os.path.join(a.out, f"{name}.onnx"))
+            manifest[name] = {"inputs": [{"name": k, "dtype": "FP32", "shape": v} for k, v in specs.items()], "flops": flops}
+        with open(os.path.join(a.out, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=1)
     batches = [int(x) for x in a.reference.split(",") if x]
     for name, fn in MODELS.items():
         if a.only and name not in a.only.split(","):

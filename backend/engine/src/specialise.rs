@@ -373,6 +373,57 @@ pub fn specialise(
     host_inputs: &[usize],
     inputs: &[PlanInput],
 ) -> Result<ConcreteGraph> {
+    let sp = run_spec(graph, Some(signature), host_inputs, inputs)?;
+    let outputs: Vec<ValueId> = graph.outputs.iter().map(|&o| sp.map(o)).collect();
+    compact(sp, graph, outputs)
+}
+
+/// Concrete shapes of every value for two probe sizes of the dynamic input dims (1 and 2), or
+/// `None` when the graph has host inputs or a probe fails. Passes use it to check shape conditions.
+pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>>; 2]> {
+    if !host_inputs(graph).is_empty() {
+        return None;
+    }
+    let probe = |size: usize| -> Option<HashMap<ValueId, Vec<usize>>> {
+        let plan: Vec<PlanInput> = graph
+            .inputs
+            .iter()
+            .map(|id| {
+                let dims = graph.values[id.0].shape.clone().unwrap_or_default();
+                PlanInput {
+                    shape: dims
+                        .iter()
+                        .map(|d| match d {
+                            Dim::Fixed(n) => *n,
+                            Dim::Dynamic(_) => size,
+                        })
+                        .collect(),
+                    value: None,
+                }
+            })
+            .collect();
+        let sp = run_spec(graph, None, &[], &plan).ok()?;
+        let mut m: HashMap<ValueId, Vec<usize>> = HashMap::new();
+        for (k, v) in &sp.info {
+            m.insert(*k, v.1.clone());
+        }
+        for (k, _) in sp.alias.iter() {
+            let t = sp.map(*k);
+            if let Some(v) = sp.info.get(&t) {
+                m.insert(*k, v.1.clone());
+            }
+        }
+        Some(m)
+    };
+    Some([probe(1)?, probe(2)?])
+}
+
+fn run_spec<'g>(
+    graph: &'g Graph,
+    signature: Option<&Signature>,
+    host_inputs: &[usize],
+    inputs: &[PlanInput],
+) -> Result<Spec<'g>> {
     if inputs.len() != graph.inputs.len() {
         return Err(EngineError::invalid(format!(
             "the model has {} inputs, {} were given",
@@ -397,7 +448,11 @@ pub fn specialise(
         let dtype = v
             .dtype
             .ok_or_else(|| EngineError::invalid(format!("input '{}' has no dtype", v.name)))?;
-        if let Some(dims) = signature.inputs.get(i).map(|s| &s.dims).or(v.shape.as_ref()) {
+        if let Some(dims) = signature
+            .and_then(|s| s.inputs.get(i))
+            .map(|s| &s.dims)
+            .or(v.shape.as_ref())
+        {
             let ok = dims.len() == p.shape.len()
                 && dims
                     .iter()
@@ -431,8 +486,7 @@ pub fn specialise(
         }
     }
     sp.run_nodes(&graph.nodes)?;
-    let outputs: Vec<ValueId> = graph.outputs.iter().map(|&o| sp.map(o)).collect();
-    compact(sp, graph, outputs)
+    Ok(sp)
 }
 
 /// Renumber the used values densely and collect constants.

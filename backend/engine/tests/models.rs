@@ -125,3 +125,48 @@ fn async_run_matches_blocking_run() {
     let b = futures::executor::block_on(session.run(vec![("input".into(), input)])).unwrap();
     assert_eq!(a, b);
 }
+
+#[test]
+fn passes_recognise_layernorm_gelu_and_fold_batchnorm() {
+    use infergate_engine::ir::{Op, UnaryOp};
+    let dir = models_dir();
+    let t = Model::load(dir.join("transformer.onnx")).unwrap();
+    let ops: Vec<&Op> = t.graph().nodes.iter().map(|n| &n.op).collect();
+    let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
+    assert_eq!(
+        count(&|o| matches!(o, Op::LayerNormalization { .. })),
+        4,
+        "{ops:?}"
+    );
+    assert_eq!(count(&|o| matches!(o, Op::Unary(UnaryOp::Erf))), 0);
+    let gelus = count(&|o| matches!(o, Op::Unary(UnaryOp::Gelu { .. })))
+        + ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::MatMul { epilogue, .. } => Some(
+                    epilogue
+                        .steps
+                        .iter()
+                        .filter(|s| {
+                            matches!(s, infergate_engine::ir::EpilogueStep::Unary(UnaryOp::Gelu { .. }))
+                        })
+                        .count(),
+                ),
+                _ => None,
+            })
+            .sum::<usize>();
+    assert_eq!(gelus, 2, "{ops:?}");
+    let m = Model::load(dir.join("mobilenet_v3.onnx")).unwrap();
+    assert!(
+        !m.graph()
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::BatchNormalization { .. }))
+    );
+    assert!(
+        m.graph()
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.op, Op::Conv { activation, .. } if !activation.is_empty()))
+    );
+}

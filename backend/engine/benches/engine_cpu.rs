@@ -1,0 +1,129 @@
+//! CPU executor benchmark: single-op GFLOP/s and model latency/throughput per batch size, on the
+//! model files written by `models/export_models.py --manifest` (the same files onnxruntime runs in
+//! `scripts/bench-engine.sh`).
+//!
+//! `INFERGATE_BENCH_MODELS=DIR cargo bench -p infergate-engine --bench engine_cpu`
+//! (optional: `INFERGATE_BENCH_BATCHES=1,8,32`, `INFERGATE_BENCH_SECONDS=2`, `INFERGATE_BENCH_ONLY=a,b`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use infergate_engine::{ExecutorKind, Model, Session, SessionOptions, Tensor};
+
+fn inputs_for(spec: &serde_json::Value, batch: usize, seed: u64) -> Vec<(String, Tensor)> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as u32
+    };
+    spec["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let shape: Vec<usize> = i["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| {
+                    let d = d.as_i64().unwrap();
+                    if d < 0 { batch } else { d as usize }
+                })
+                .collect();
+            let n: usize = shape.iter().product();
+            let name = i["name"].as_str().unwrap().to_string();
+            let t = if i["dtype"] == "INT64" {
+                let high = i["high"].as_u64().unwrap_or(100) as u32;
+                Tensor::from_vec(shape, (0..n).map(|_| i64::from(next() % high)).collect()).unwrap()
+            } else {
+                Tensor::from_vec(
+                    shape,
+                    (0..n)
+                        .map(|_| (next() as f32 / u32::MAX as f32) * 2.0 - 1.0)
+                        .collect(),
+                )
+                .unwrap()
+            };
+            (name, t)
+        })
+        .collect()
+}
+
+fn measure(session: &Session, inputs: &[(String, Tensor)], seconds: f64) -> Duration {
+    for _ in 0..3 {
+        session.run_blocking(inputs.to_vec()).unwrap();
+    }
+    let start = Instant::now();
+    let mut n = 0u32;
+    loop {
+        session.run_blocking(inputs.to_vec()).unwrap();
+        n += 1;
+        if start.elapsed().as_secs_f64() >= seconds && n >= 5 {
+            return start.elapsed() / n;
+        }
+    }
+}
+
+fn main() {
+    let Some(dir) = std::env::var_os("INFERGATE_BENCH_MODELS").map(PathBuf::from) else {
+        eprintln!(
+            "engine_cpu: set INFERGATE_BENCH_MODELS to a folder written by \
+             `python backend/engine/models/export_models.py DIR --size bench --manifest` \
+             (scripts/bench-engine.sh does this); nothing to measure"
+        );
+        return;
+    };
+    let batches: Vec<usize> = std::env::var("INFERGATE_BENCH_BATCHES")
+        .unwrap_or_else(|_| "1,8,32".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let seconds: f64 = std::env::var("INFERGATE_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let only: Vec<String> = std::env::var("INFERGATE_BENCH_ONLY")
+        .map(|s| s.split(',').map(String::from).collect())
+        .unwrap_or_default();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json")).unwrap();
+    for (name, spec) in manifest.as_object().unwrap() {
+        if !only.is_empty() && !only.contains(name) {
+            continue;
+        }
+        let model = Arc::new(Model::load(dir.join(format!("{name}.onnx"))).unwrap());
+        let session = Session::new(
+            model,
+            SessionOptions {
+                executor: ExecutorKind::Cpu,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        if let Some(flops) = spec["flops"].as_f64() {
+            let lat = measure(&session, &inputs_for(spec, 1, 1), seconds).as_secs_f64();
+            println!(
+                "cpu  {name}  batch 1  latency_ms {:.3}  throughput {:.1}  gflops {:.2}",
+                lat * 1e3,
+                1.0 / lat,
+                flops / lat / 1e9
+            );
+            continue;
+        }
+        for &b in &batches {
+            let lat = measure(&session, &inputs_for(spec, b, b as u64), seconds).as_secs_f64();
+            println!(
+                "cpu  {name}  batch {b}  latency_ms {:.3}  throughput {:.1}",
+                lat * 1e3,
+                b as f64 / lat
+            );
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Pattern recognition: decomposed LayerNorm and GELU (Erf form).
+
+use crate::error::Result;
+use crate::ir::{BinaryOp, Graph, Node, Op, ReduceOp, UnaryOp, ValueId};
+use crate::passes::{is_output, producers};
+
+fn scalar(g: &Graph, v: Option<ValueId>) -> Option<f64> {
+    let t = g.constants.get(&v?)?;
+    if t.len() != 1 {
+        return None;
+    }
+    t.to_f64_vec().ok()?.first().copied()
+}
+
+fn node<'a>(
+    g: &'a Graph,
+    prod: &std::collections::HashMap<ValueId, usize>,
+    v: Option<ValueId>,
+) -> Option<(usize, &'a Node)> {
+    let i = *prod.get(&v?)?;
+    Some((i, &g.nodes[i]))
+}
+
+/// ReduceMean over the last axis with keepdims (axes given as a constant `[-1]`).
+fn is_mean_last(g: &Graph, n: &Node) -> bool {
+    let Op::Reduce {
+        op: ReduceOp::Mean,
+        keepdims: true,
+        axes,
+        ..
+    } = &n.op
+    else {
+        return false;
+    };
+    let ax: Vec<i64> = match n.input(1) {
+        Some(a) => match g.constants.get(&a).map(|t| t.to_i64_vec()) {
+            Some(Ok(v)) => v,
+            _ => return false,
+        },
+        None => axes.clone(),
+    };
+    ax == [-1]
+}
+
+fn single_use(g: &Graph, uses: &[usize], v: ValueId, n: usize) -> bool {
+    uses[v.0] == n && !is_output(g, v)
+}
+
+/// Add(Mul(Div(Sub(x, mean(x)), Sqrt(Add(mean(Pow(Sub, 2)), ε))), γ), β) → LayerNormalization.
+pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
+    let uses = g.use_counts();
+    let prod = producers(g);
+    for (di, dn) in g.nodes.iter().enumerate() {
+        if dn.op != Op::Binary(BinaryOp::Div) {
+            continue;
+        }
+        let Some((_, sub)) = node(g, &prod, dn.input(0)) else {
+            continue;
+        };
+        let Some((_, sqrt)) = node(g, &prod, dn.input(1)) else {
+            continue;
+        };
+        if sub.op != Op::Binary(BinaryOp::Sub) || sqrt.op != Op::Unary(UnaryOp::Sqrt) {
+            continue;
+        }
+        let Some((_, mean)) = node(g, &prod, sub.input(1)) else {
+            continue;
+        };
+        if !is_mean_last(g, mean) || mean.input(0) != sub.input(0) {
+            continue;
+        }
+        let Some((_, add_eps)) = node(g, &prod, sqrt.input(0)) else {
+            continue;
+        };
+        if add_eps.op != Op::Binary(BinaryOp::Add) {
+            continue;
+        }
+        let Some(eps) = scalar(g, add_eps.input(1)) else {
+            continue;
+        };
+        let Some((_, var)) = node(g, &prod, add_eps.input(0)) else {
+            continue;
+        };
+        if !is_mean_last(g, var) {
+            continue;
+        }
+        let Some((_, pow)) = node(g, &prod, var.input(0)) else {
+            continue;
+        };
+        let squares = match pow.op {
+            Op::Binary(BinaryOp::Pow) => {
+                pow.input(0) == sub.output(0) && scalar(g, pow.input(1)) == Some(2.0)
+            }
+            Op::Binary(BinaryOp::Mul) => pow.input(0) == sub.output(0) && pow.input(1) == sub.output(0),
+            _ => false,
+        };
+        if !squares {
+            continue;
+        }
+        // optional affine tail: Mul(γ) then Add(β), both constants
+        let Some(div_out) = dn.output(0) else { continue };
+        let users: Vec<usize> = g
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.inputs.contains(&Some(div_out)))
+            .map(|(i, _)| i)
+            .collect();
+        let [mi] = users[..] else { continue };
+        let mul = &g.nodes[mi];
+        if mul.op != Op::Binary(BinaryOp::Mul) || mul.input(0) != Some(div_out) {
+            continue;
+        }
+        let Some(gamma) = mul.input(1).filter(|v| g.constants.contains_key(v)) else {
+            continue;
+        };
+        let Some(mul_out) = mul.output(0) else { continue };
+        let users: Vec<usize> = g
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.inputs.contains(&Some(mul_out)))
+            .map(|(i, _)| i)
+            .collect();
+        let [ai] = users[..] else { continue };
+        let add = &g.nodes[ai];
+        if add.op != Op::Binary(BinaryOp::Add) || add.input(0) != Some(mul_out) {
+            continue;
+        }
+        let Some(beta) = add.input(1).filter(|v| g.constants.contains_key(v)) else {
+            continue;
+        };
+        let sub_out = sub.output(0);
+        let intermediates_private = sub_out.is_some_and(|v| {
+            single_use(
+                g,
+                &uses,
+                v,
+                2 + usize::from(matches!(pow.op, Op::Binary(BinaryOp::Mul))),
+            )
+        }) && [
+            mean.output(0),
+            sqrt.output(0),
+            add_eps.output(0),
+            var.output(0),
+            pow.output(0),
+            Some(div_out),
+            Some(mul_out),
+        ]
+        .iter()
+        .all(|v| v.is_some_and(|v| single_use(g, &uses, v, 1)));
+        if !intermediates_private {
+            continue;
+        }
+        let (Some(x), Some(y)) = (sub.input(0), add.output(0)) else {
+            continue;
+        };
+        let remove: Vec<ValueId> = [
+            sub.output(0),
+            mean.output(0),
+            sqrt.output(0),
+            add_eps.output(0),
+            var.output(0),
+            pow.output(0),
+            Some(div_out),
+            Some(mul_out),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let name = add.name.clone();
+        let eps = eps as f32;
+        let ln = Node {
+            name: format!("{name}#layernorm"),
+            op: Op::LayerNormalization {
+                axis: -1,
+                epsilon: eps,
+            },
+            inputs: vec![Some(x), Some(gamma), Some(beta)],
+            outputs: vec![Some(y)],
+        };
+        let _ = di;
+        g.nodes
+            .retain(|n| !n.outputs.iter().flatten().any(|o| remove.contains(o) || *o == y));
+        let pos = g
+            .nodes
+            .iter()
+            .position(|n| n.inputs.contains(&Some(y)))
+            .unwrap_or(g.nodes.len());
+        g.nodes.insert(pos, ln);
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// x·0.5·(1 + erf(x/√2)) in its usual two orders → Unary(Gelu).
+pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
+    let uses = g.use_counts();
+    let prod = producers(g);
+    for en in g.nodes.iter() {
+        if en.op != Op::Unary(UnaryOp::Erf) {
+            continue;
+        }
+        let Some((_, scale)) = node(g, &prod, en.input(0)) else {
+            continue;
+        };
+        let x = match scale.op {
+            Op::Binary(BinaryOp::Div)
+                if scalar(g, scale.input(1)).is_some_and(|c| (c - std::f64::consts::SQRT_2).abs() < 1e-3) =>
+            {
+                scale.input(0)
+            }
+            Op::Binary(BinaryOp::Mul)
+                if scalar(g, scale.input(1))
+                    .is_some_and(|c| (c - std::f64::consts::FRAC_1_SQRT_2).abs() < 1e-3) =>
+            {
+                scale.input(0)
+            }
+            _ => None,
+        };
+        let Some(x) = x else { continue };
+        let Some(e_out) = en.output(0) else { continue };
+        let find_user = |v: ValueId| g.nodes.iter().position(|n| n.inputs.contains(&Some(v)));
+        let Some(ai) = find_user(e_out) else { continue };
+        let add = &g.nodes[ai];
+        let one = if add.input(0) == Some(e_out) {
+            add.input(1)
+        } else {
+            add.input(0)
+        };
+        if add.op != Op::Binary(BinaryOp::Add) || scalar(g, one) != Some(1.0) {
+            continue;
+        }
+        let Some(a_out) = add.output(0) else { continue };
+        let Some(m1i) = find_user(a_out) else { continue };
+        let m1 = &g.nodes[m1i];
+        if m1.op != Op::Binary(BinaryOp::Mul) {
+            continue;
+        }
+        let other = if m1.input(0) == Some(a_out) {
+            m1.input(1)
+        } else {
+            m1.input(0)
+        };
+        let Some(m1_out) = m1.output(0) else { continue };
+        // form A: Mul(Mul(x, 1+erf), 0.5); form B: Mul(Mul(x, 0.5), 1+erf)
+        let (y, mut dead) = if other == Some(x) {
+            let Some(m2i) = find_user(m1_out) else { continue };
+            let m2 = &g.nodes[m2i];
+            let half = if m2.input(0) == Some(m1_out) {
+                m2.input(1)
+            } else {
+                m2.input(0)
+            };
+            if m2.op != Op::Binary(BinaryOp::Mul)
+                || scalar(g, half) != Some(0.5)
+                || !single_use(g, &uses, m1_out, 1)
+            {
+                continue;
+            }
+            (m2.output(0), vec![m1_out])
+        } else {
+            let Some((_, h)) = node(g, &prod, other) else {
+                continue;
+            };
+            let hx = if h.input(0) == Some(x) {
+                h.input(1)
+            } else {
+                h.input(0)
+            };
+            if h.op != Op::Binary(BinaryOp::Mul) || !h.inputs.contains(&Some(x)) || scalar(g, hx) != Some(0.5)
+            {
+                continue;
+            }
+            let Some(h_out) = h.output(0) else { continue };
+            if !single_use(g, &uses, h_out, 1) {
+                continue;
+            }
+            (Some(m1_out), vec![h_out])
+        };
+        let Some(y) = y else { continue };
+        let Some(s_out) = scale.output(0) else { continue };
+        if ![s_out, e_out, a_out].iter().all(|&v| single_use(g, &uses, v, 1)) {
+            continue;
+        }
+        dead.extend([s_out, e_out, a_out]);
+        let name = en.name.clone();
+        g.nodes
+            .retain(|n| !n.outputs.iter().flatten().any(|o| dead.contains(o) || *o == y));
+        let pos = g
+            .nodes
+            .iter()
+            .position(|n| n.inputs.contains(&Some(y)))
+            .unwrap_or(g.nodes.len());
+        g.nodes.insert(
+            pos,
+            Node {
+                name: format!("{name}#gelu"),
+                op: Op::Unary(UnaryOp::Gelu { tanh: false }),
+                inputs: vec![Some(x)],
+                outputs: vec![Some(y)],
+            },
+        );
+        return Ok(true);
+    }
+    Ok(false)
+}
