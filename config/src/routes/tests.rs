@@ -625,3 +625,20 @@ routes:
         "warning: route 'd': injected delay 2s is not shorter than the route timeout 1s, so delayed requests time out",
     );
 }
+
+#[test]
+fn duplicate_keys_and_anchors() {
+    let dup = "upstreams: []\nupstreams: []\n";
+    assert_eq!(
+        problems(dup),
+        vec!["routes.yaml:2:1: field 'upstreams' is given more than once at the top level"]
+    );
+    // Anchors and aliases let operators share one retry policy between routes.
+    let shared = format!(
+        "{BASE}    retries: &standard {{ attempts: 3, per_try_timeout: 1s }}\n  - name: other\n    match: {{ model: other }}\n    \
+         destinations: [{{ upstream: resnet-v1 }}]\n    retries: *standard\n"
+    );
+    let c = parse(&shared).unwrap();
+    assert_eq!(c.rules.routes[0].retries, c.rules.routes[1].retries);
+    assert_eq!(c.rules.routes[1].retries.as_ref().unwrap().attempts, 3);
+}
