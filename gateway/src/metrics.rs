@@ -20,7 +20,7 @@ pub const UPSTREAM_FAILURES: &str = "infergate_gateway_upstream_failures_total";
 pub const UPSTREAM_OVERLOADED: &str = "infergate_gateway_upstream_overloaded_total";
 /// Endpoint ejections by outlier detection, by `upstream`.
 pub const UPSTREAM_EJECTIONS: &str = "infergate_gateway_upstream_ejections_total";
-/// Retries (tries after the first), by `route` and `upstream`.
+/// Retries (tries after the first), by `route` and `reason` (counted by the retry loop).
 pub const RETRIES: &str = "infergate_gateway_retries_total";
 /// Retries not made because the retry budget was spent, by `route`.
 pub const RETRY_BUDGET_EXHAUSTED: &str = "infergate_gateway_retry_budget_exhausted_total";

@@ -291,15 +291,7 @@ async fn run(
             return Err(retry_error(&route.name, e));
         }
     };
-    let info = outcome
-        .extensions()
-        .get::<retry::RetryInfo>()
-        .copied()
-        .unwrap_or_default();
-    if info.tries > 1 {
-        metrics::counter!(m::RETRIES, "route" => route.name.to_string(), "upstream" => dest.upstream.to_string())
-            .increment(u64::from(info.tries - 1));
-    }
+    // Retries and budget exhaustion are counted by the retry loop itself (by route and reason).
     let resp = bridge::from_upstream(outcome);
     let status = resp.status();
     labels.outcome = if status.is_server_error() {
