@@ -214,7 +214,9 @@ impl GatewayError {
 
     /// Adds a header to the error response (e.g. `Retry-After`).
     pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
-        self.headers.get_or_insert_with(Default::default).append(name, value);
+        self.headers
+            .get_or_insert_with(Default::default)
+            .append(name, value);
         self
     }
 
