@@ -1,13 +1,13 @@
 //! What each REST endpoint does: decode, call the service, encode.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
-use hyper::body::Incoming;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use infergate_protocol::rest::{self, ContentEncoding, DecodedInfer, INFER_HEADER_CONTENT_LENGTH};
 use infergate_protocol::{InferenceService, ModelStatisticsResponse, ServeError};
 
 use super::State;
-use super::body::{ChunksBody, read_body};
+use super::body::{BodySlot, ChunksBody, read_body};
 use super::error::HttpError;
 use super::router::{ModelAction, Route};
 
@@ -15,7 +15,8 @@ use super::router::{ModelAction, Route};
 pub(crate) async fn dispatch<S: InferenceService>(
     state: &State<S>,
     route: Route,
-    req: Request<Incoming>,
+    parts: &Parts,
+    body: &mut BodySlot,
 ) -> Result<Response<ChunksBody>, HttpError> {
     let svc = &state.service;
     match route {
@@ -80,21 +81,21 @@ pub(crate) async fn dispatch<S: InferenceService>(
                     to_json(&ModelStatisticsResponse { model_stats })?,
                 ))
             }
-            ModelAction::Infer => infer(state, &name, version, req).await,
+            ModelAction::Infer => infer(state, &name, version, parts, body).await,
         },
         Route::RepositoryIndex => {
-            let body = request_body(state, req).await?;
+            let body = request_body(state, parts, body).await?;
             let ready_only = rest::decode_index_request(&body)?;
             Ok(json(StatusCode::OK, to_json(&svc.repository_index(ready_only))?))
         }
         Route::Load(name) => {
-            let body = request_body(state, req).await?;
+            let body = request_body(state, parts, body).await?;
             let params = rest::decode_load_request(&body)?;
             svc.load_model(&name, params).await?;
             Ok(json(StatusCode::OK, Vec::new()))
         }
         Route::Unload(name) => {
-            let body = request_body(state, req).await?;
+            let body = request_body(state, parts, body).await?;
             let dependents = rest::decode_unload_request(&body)?;
             svc.unload_model(&name, dependents).await?;
             Ok(json(StatusCode::OK, Vec::new()))
@@ -106,15 +107,16 @@ async fn infer<S: InferenceService>(
     state: &State<S>,
     name: &str,
     version: Option<u64>,
-    req: Request<Incoming>,
+    parts: &Parts,
+    body: &mut BodySlot,
 ) -> Result<Response<ChunksBody>, HttpError> {
-    let answer_encoding = rest::response_encoding(header_str(req.headers(), header::ACCEPT_ENCODING));
-    let header_value = req
-        .headers()
+    let answer_encoding = rest::response_encoding(header_str(&parts.headers, header::ACCEPT_ENCODING));
+    let header_value = parts
+        .headers
         .get(INFER_HEADER_CONTENT_LENGTH)
-        .map(|v| v.as_bytes().to_vec());
-    let body = request_body(state, req).await?;
-    let header_length = rest::parse_header_length(header_value.as_deref(), body.len())?;
+        .map(|v| v.as_bytes());
+    let body = request_body(state, parts, body).await?;
+    let header_length = rest::parse_header_length(header_value, body.len())?;
     let (request, format) = match rest::decode_infer_request(name, version, body, header_length)? {
         DecodedInfer::Request(r, f) => (r, f),
         DecodedInfer::Raw(raw) => {
@@ -149,21 +151,19 @@ async fn infer<S: InferenceService>(
 /// Reads and (if compressed) decompresses a request body under the configured limits.
 async fn request_body<S: InferenceService>(
     state: &State<S>,
-    req: Request<Incoming>,
+    parts: &Parts,
+    slot: &mut BodySlot,
 ) -> Result<Bytes, ServeError> {
-    let encoding = rest::request_encoding(header_str(req.headers(), header::CONTENT_ENCODING))?;
-    let declared = req
-        .headers()
+    let encoding = rest::request_encoding(header_str(&parts.headers, header::CONTENT_ENCODING))?;
+    let declared = parts
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let limits = &state.limits;
-    let raw = read_body(
-        req.into_body(),
-        declared,
-        limits.max_body_bytes,
-        limits.body_read_timeout,
-    )
-    .await?;
+    let Some(body) = slot.take() else {
+        return Err(ServeError::internal("the request body was already read"));
+    };
+    let raw = read_body(body, declared, limits.max_body_bytes, limits.body_read_timeout).await?;
     if encoding == ContentEncoding::Identity {
         return Ok(raw);
     }

@@ -21,8 +21,8 @@ use infergate_protocol::{InferenceService, ServeError};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use body::BodySlot;
 pub use body::ChunksBody;
-use error::HttpError;
 use router::Route;
 
 /// Limits of the REST front end; each, when hit, gives the client an error that names it.
@@ -124,8 +124,10 @@ where
 
 /// Routes, applies the concurrency limit, serves; every failure becomes a response here.
 async fn handle<S: InferenceService>(state: &State<S>, req: Request<Incoming>) -> Response<ChunksBody> {
+    let (parts, body) = req.into_parts();
+    let mut body = BodySlot::new(body);
     let result = async {
-        let route = router::route(req.method(), req.uri().path())?;
+        let route = router::route(&parts.method, parts.uri.path())?;
         // Health checks must answer even when the server is saturated.
         let _permit = if matches!(route, Route::Live | Route::Ready) {
             None
@@ -137,10 +139,17 @@ async fn handle<S: InferenceService>(state: &State<S>, req: Request<Incoming>) -
                 ))
             })?)
         };
-        handlers::dispatch(state, route, req).await
+        handlers::dispatch(state, route, &parts, &mut body).await
     }
     .await;
-    result.unwrap_or_else(HttpError::into_response)
+    match result {
+        Ok(response) => response,
+        Err(e) => {
+            body.drain(state.limits.max_body_bytes, state.limits.body_read_timeout)
+                .await;
+            e.into_response()
+        }
+    }
 }
 
 #[cfg(test)]
