@@ -88,6 +88,10 @@ impl Params {
     }
 }
 
+/// Invocations per workgroup of every kernel file (`const WG: u32 = 64u;`): two NVIDIA warps, one AMD wave,
+/// eight lavapipe SIMD rows — small enough that tiny tensors do not run mostly idle invocations.
+pub(crate) const WG: u32 = 64;
+
 /// Workgroup counts for `n` invocations at `wg` per workgroup, folded into two dimensions so that no
 /// dimension exceeds 65,535. Shaders compute the linear index as `gid.x + gid.y * nwg.x * WG`.
 pub(crate) fn grid_1d(n: usize, wg: u32) -> [u32; 3] {

@@ -20,7 +20,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> values: array<T>;
 @group(0) @binding(3) var<storage, read_write> indices: array<i32>;
 
-const WG: u32 = 256u;
+const WG: u32 = 64u;
 
 // Whether (a, ia) comes before (b, ib) in the selection order.
 fn before(a: f32, ia: u32, b: f32, ib: u32) -> bool {

@@ -4,7 +4,7 @@ use crate::wgpu::dtype::DType;
 use crate::wgpu::error::{GpuError, GpuResult};
 use crate::wgpu::expr::{self, OperandInfo};
 use crate::wgpu::kernels::matmul::{self, Epilogue};
-use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, grid_1d};
+use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, WG, grid_1d};
 #[cfg(test)]
 use crate::wgpu::template::KernelSource;
 use crate::wgpu::template::Template;
@@ -160,7 +160,7 @@ pub(crate) fn conv(
     if g.group > 1 && cg <= 4 {
         let kernel = template("conv_direct", WGSL_DIRECT, [x.dtype, w.dtype, out_dtype], ew).build()?;
         let params = params.u4([total as u32, 0, 0, 0]);
-        b.dispatch(&kernel, params, &binds, grid_1d(total, 256))?;
+        b.dispatch(&kernel, params, &binds, grid_1d(total, WG))?;
     } else {
         let m = oc / g.group;
         let rm: u32 = if m <= 16 {
@@ -237,7 +237,7 @@ pub(crate) fn conv_transpose(
         ew,
     )
     .build()?;
-    b.dispatch(&kernel, params, &binds, grid_1d(total, 256))?;
+    b.dispatch(&kernel, params, &binds, grid_1d(total, WG))?;
     Ok(y)
 }
 

@@ -29,7 +29,7 @@ fn ew_out(acc: f32, oidx: u32) -> TO {
 }
 // @end ew
 
-const WG: u32 = 256u;
+const WG: u32 = 64u;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -28,7 +28,7 @@ fn ew_out(acc: f32, oidx: u32) -> TO {
 }
 // @end ew
 
-const WG: u32 = 256u;
+const WG: u32 = 64u;
 
 // Input index along one axis for output o and tap k, or -1 when no input maps there.
 fn src(o: u32, k: u32, stride: u32, pad: u32, dil: u32, size: u32) -> i32 {

@@ -2,7 +2,7 @@
 //! DepthToSpace. Reshape-like ops are aliases (no dispatch) and never reach this file.
 
 use crate::wgpu::error::{GpuError, GpuResult};
-use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, grid_1d};
+use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, WG, grid_1d};
 use crate::wgpu::template::{KernelSource, Template};
 
 /// The kernel file.
@@ -65,7 +65,7 @@ fn copy(
         .dims8(&mods)
         .dims8(&outs);
     let k = kernel(x)?;
-    b.dispatch(&k, params, &[Bind::R(x), Bind::W(y)], grid_1d(n, 256))
+    b.dispatch(&k, params, &[Bind::R(x), Bind::W(y)], grid_1d(n, WG))
 }
 
 /// `y = transpose(x, perm)` (y.shape[i] = x.shape[perm[i]]).

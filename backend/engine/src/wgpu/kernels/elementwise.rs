@@ -3,7 +3,7 @@
 use crate::wgpu::dtype::DType;
 use crate::wgpu::error::GpuResult;
 use crate::wgpu::expr::{self, EwProgram, OperandInfo};
-use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, grid_1d};
+use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, WG, grid_1d};
 use crate::wgpu::template::Template;
 
 /// The kernel file.
@@ -42,7 +42,7 @@ pub(crate) fn elementwise(
         &kernel,
         Params::new().u4([n as u32, 0, 0, 0]),
         &binds,
-        grid_1d(n, 256),
+        grid_1d(n, WG),
     )?;
     Ok(y)
 }

@@ -3,7 +3,7 @@
 use crate::wgpu::dtype::DType;
 use crate::wgpu::error::{GpuError, GpuResult};
 use crate::wgpu::kernels::copy::strides;
-use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, grid_1d};
+use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, WG, grid_1d};
 use crate::wgpu::template::{KernelSource, Template};
 
 /// The gather kernel file.
@@ -53,7 +53,7 @@ pub(crate) fn gather(
         &kernel(data.dtype, false)?,
         params,
         &[Bind::R(data), Bind::R(idx), Bind::W(&y)],
-        grid_1d(n, 256),
+        grid_1d(n, WG),
     )?;
     Ok(y)
 }
@@ -85,7 +85,7 @@ pub(crate) fn gather_elements(
         &kernel(data.dtype, true)?,
         params,
         &[Bind::R(data), Bind::R(idx), Bind::W(&y)],
-        grid_1d(n, 256),
+        grid_1d(n, WG),
     )?;
     Ok(y)
 }
@@ -150,7 +150,7 @@ pub(crate) fn pad(
         .alias("T", x.dtype.wgsl())
         .constant("MODE", format!("{}u", mode as u32))
         .build()?;
-    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], grid_1d(n, 256))?;
+    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], grid_1d(n, WG))?;
     Ok(y)
 }
 

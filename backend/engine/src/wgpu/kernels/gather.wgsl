@@ -20,7 +20,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> indices: array<i32>;
 @group(0) @binding(3) var<storage, read_write> y: array<T>;
 
-const WG: u32 = 256u;
+const WG: u32 = 64u;
 
 fn fix(k: i32, dim: u32) -> u32 {
     var v = k;

@@ -2,7 +2,7 @@
 
 use crate::wgpu::dtype::DType;
 use crate::wgpu::error::{GpuError, GpuResult};
-use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, grid_1d};
+use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, WG, grid_1d};
 #[cfg(test)]
 use crate::wgpu::template::KernelSource;
 use crate::wgpu::template::Template;
@@ -100,7 +100,7 @@ pub(crate) fn pool(
         &k,
         params,
         &[Bind::R(x), Bind::W(&y), Bind::W(&idx)],
-        grid_1d(n, 256),
+        grid_1d(n, WG),
     )?;
     Ok((y, want_idx.then_some(idx)))
 }
@@ -175,7 +175,7 @@ pub(crate) fn resize(
         .constant("NEAREST", format!("{}u", spec.nearest))
         .constant("EXCLUDE_OUTSIDE", spec.exclude_outside)
         .build()?;
-    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], grid_1d(n, 256))?;
+    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], grid_1d(n, WG))?;
     Ok(y)
 }
 

@@ -3,7 +3,7 @@
 use crate::wgpu::dtype::DType;
 use crate::wgpu::error::{GpuError, GpuResult};
 use crate::wgpu::kernels::copy::strides;
-use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, grid_1d};
+use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, WG, grid_1d};
 #[cfg(test)]
 use crate::wgpu::template::KernelSource;
 use crate::wgpu::template::Template;
@@ -30,6 +30,18 @@ pub(crate) enum Reduction {
     SumSquare = 7,
     LogSum = 8,
     LogSumExp = 9,
+}
+
+/// Whether `rows` rows of `len` elements are reduced by a workgroup each (through workgroup memory) rather
+/// than by one invocation each. Barriers are costly (lavapipe runs a workgroup's invocations as coroutines),
+/// so a workgroup per row pays off only for long rows, or when there are too few rows to fill the device.
+pub(crate) fn cooperative(rows: usize, len: usize) -> bool {
+    len >= 1024 || (rows <= 64 && len >= 128)
+}
+
+/// Workgroups for a kernel that reduces `rows` rows, cooperatively or one per invocation (64 per workgroup).
+fn reduce_grid(rows: usize, coop: bool) -> [u32; 3] {
+    if coop { rows_grid(rows) } else { grid_1d(rows, WG) }
 }
 
 /// Workgroups for `n` independent rows, folded to stay under 65,535 per dimension.
@@ -77,7 +89,7 @@ pub(crate) fn reduce(
     };
     let y = b.temp(name, out_dtype, &out)?;
     let n = y.numel();
-    let coop = r >= 32;
+    let coop = cooperative(n, r);
     let k = Template::new("reduce", WGSL)
         .alias("T", x.dtype.wgsl())
         .alias("TO", out_dtype.wgsl())
@@ -90,8 +102,7 @@ pub(crate) fn reduce(
         .dims8(&ks)
         .dims8(&rd)
         .dims8(&rs);
-    let grid = if coop { rows_grid(n) } else { grid_1d(n, 64) };
-    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], grid)?;
+    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], reduce_grid(n, coop))?;
     Ok(y)
 }
 
@@ -123,13 +134,15 @@ pub(crate) fn softmax(
         around(&x.shape, axis)
     };
     let y = b.temp(name, x.dtype, &x.shape)?;
+    let rows = outer * inner;
+    let coop = cooperative(rows, l);
     let k = Template::new("softmax", WGSL_SOFTMAX)
         .alias("T", x.dtype.wgsl())
         .constant("LOG", log)
+        .constant("COOP", coop)
         .build()?;
-    let rows = outer * inner;
     let params = Params::new().u4([rows as u32, l as u32, inner as u32, 0]);
-    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], rows_grid(rows))?;
+    b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], reduce_grid(rows, coop))?;
     Ok(y)
 }
 
@@ -188,6 +201,7 @@ pub(crate) fn normalise(
         .constant("INSTANCE", instance)
         .constant("HAS_BIAS", bias.is_some())
         .constant("STATS", want_stats)
+        .constant("COOP", cooperative(rows, l))
         .build()?;
     if let Some(bt) = bias
         && bt.dtype != scale.dtype
@@ -252,7 +266,7 @@ pub(crate) fn arg_reduce(
         &k,
         params,
         &[Bind::R(x), Bind::W(&unused), Bind::W(&y)],
-        grid_1d(n, 256),
+        grid_1d(n, WG),
     )?;
     Ok(y)
 }
@@ -288,7 +302,7 @@ pub(crate) fn top_k(
         &kern,
         params,
         &[Bind::R(x), Bind::W(&values), Bind::W(&indices)],
-        grid_1d(n, 256),
+        grid_1d(n, WG),
     )?;
     Ok((values, indices))
 }

@@ -28,7 +28,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<T>;
 @group(0) @binding(2) var<storage, read_write> y: array<T>;
 
-const WG: u32 = 256u;
+const WG: u32 = 64u;
 
 fn source(c: u32, d: u32) -> f32 {
     let scale = p.scales[d / 4u][d % 4u];

@@ -1,9 +1,11 @@
-// Softmax / LogSoftmax along one axis of an [outer, L, inner] view: one workgroup per (outer, inner) row,
-// maximum and sum of exponentials reduced through workgroup memory.
+// Softmax / LogSoftmax along one axis of an [outer, L, inner] view. With COOP one workgroup reduces each
+// (outer, inner) row through workgroup memory (few, long rows); otherwise one invocation loops over its row
+// (many or short rows, where barriers would cost more than they save).
 
 alias T = f32;
 
 const LOG: bool = false;
+const COOP: bool = true;
 const WG: u32 = 64u;
 
 struct Params {
@@ -23,12 +25,36 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    let L = p.n.y;
+    let inner = p.n.z;
+    if (!COOP) {
+        let r = (wid.x + wid.y * nwg.x) * WG + lid;
+        if (r >= p.n.x) {
+            return;
+        }
+        let b = (r / inner) * L * inner + r % inner;
+        var mx = -3.402823e38;
+        for (var i = 0u; i < L; i = i + 1u) {
+            mx = max(mx, f32(x[b + i * inner]));
+        }
+        var total = 0.0;
+        for (var i = 0u; i < L; i = i + 1u) {
+            total = total + exp(f32(x[b + i * inner]) - mx);
+        }
+        for (var i = 0u; i < L; i = i + 1u) {
+            let v = f32(x[b + i * inner]) - mx;
+            if (LOG) {
+                y[b + i * inner] = T(v - log(total));
+            } else {
+                y[b + i * inner] = T(exp(v) / total);
+            }
+        }
+        return;
+    }
     let row = wid.x + wid.y * nwg.x;
     if (row >= p.n.x) {
         return;
     }
-    let L = p.n.y;
-    let inner = p.n.z;
     let base = (row / inner) * L * inner + row % inner;
     var m = -3.402823e38;
     for (var i = lid; i < L; i = i + WG) {

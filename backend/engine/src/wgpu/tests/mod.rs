@@ -5,6 +5,7 @@
 #![allow(clippy::needless_range_loop, clippy::type_complexity)]
 
 mod conv;
+mod device;
 mod elementwise;
 mod matmul;
 mod movement;

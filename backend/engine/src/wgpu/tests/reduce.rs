@@ -5,8 +5,8 @@ use crate::wgpu::kernels::reduce::{self, Reduction};
 
 #[test]
 fn reductions_over_several_axes_both_paths() {
-    // [2, 3, 40]: axis 2 (R = 40, cooperative), axes {0, 1} (R = 6, per-invocation).
-    let x = rand(240, 81);
+    // [2, 3, 200]: axis 2 (R = 200 over 6 rows: cooperative), axes {0, 1} (R = 6: per invocation).
+    let x = rand(1200, 81);
     let ops = [
         Reduction::Sum,
         Reduction::Mean,
@@ -17,7 +17,7 @@ fn reductions_over_several_axes_both_paths() {
         Reduction::SumSquare,
         Reduction::LogSumExp,
     ];
-    let out = run(vec![f32s(&[2, 3, 40], &x)], |b, t| {
+    let out = run(vec![f32s(&[2, 3, 200], &x)], |b, t| {
         let mut outs = Vec::new();
         for op in ops {
             outs.push(reduce::reduce(b, "r", &t[0], op, &[2], true)?);
@@ -41,13 +41,13 @@ fn reductions_over_several_axes_both_paths() {
         }) as f32
     };
     for (k, op) in ops.iter().enumerate() {
-        let rows: Vec<f32> = (0..6).map(|r| apply(*op, &x[r * 40..r * 40 + 40])).collect();
+        let rows: Vec<f32> = (0..6).map(|r| apply(*op, &x[r * 200..r * 200 + 200])).collect();
         assert_eq!(out[2 * k].shape, vec![2, 3, 1]);
         assert_close(&as_f32(&out[2 * k]), &rows, 1e-5, 1e-5);
-        let cols: Vec<f32> = (0..40)
-            .map(|c| apply(*op, &(0..6).map(|r| x[r * 40 + c]).collect::<Vec<_>>()))
+        let cols: Vec<f32> = (0..200)
+            .map(|c| apply(*op, &(0..6).map(|r| x[r * 200 + c]).collect::<Vec<_>>()))
             .collect();
-        assert_eq!(out[2 * k + 1].shape, vec![40]);
+        assert_eq!(out[2 * k + 1].shape, vec![200]);
         assert_close(&as_f32(&out[2 * k + 1]), &cols, 1e-5, 1e-5);
     }
 }
@@ -120,6 +120,35 @@ fn softmax_layernorm_instancenorm() {
         }
     }
     assert_close(&as_f32(&out[4]), &inorm, 1e-4, 1e-5);
+}
+
+#[test]
+fn long_rows_take_the_cooperative_path() {
+    // Two rows of 300: softmax and layer norm through workgroup memory.
+    let x = rand(600, 96);
+    let ones = vec![1.0; 300];
+    let zeros = vec![0.0; 300];
+    let out = run(
+        vec![f32s(&[2, 300], &x), f32s(&[300], &ones), f32s(&[300], &zeros)],
+        |b, t| {
+            let ln = reduce::normalise(b, "ln", &t[0], &t[1], Some(&t[2]), 1, 1e-5, false, false)?;
+            Ok(vec![reduce::softmax(b, "sm", &t[0], 1, false, false)?, ln.y])
+        },
+    );
+    let (mut sm, mut ln) = (vec![0.0; 600], vec![0.0; 600]);
+    for r in 0..2 {
+        let row = &x[r * 300..r * 300 + 300];
+        let m = row.iter().copied().fold(f32::MIN, f32::max);
+        let s: f32 = row.iter().map(|v| (v - m).exp()).sum();
+        let mean = row.iter().sum::<f32>() / 300.0;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / 300.0;
+        for i in 0..300 {
+            sm[r * 300 + i] = (row[i] - m).exp() / s;
+            ln[r * 300 + i] = (row[i] - mean) / (var + 1e-5).sqrt();
+        }
+    }
+    assert_close(&as_f32(&out[0]), &sm, 1e-4, 1e-7);
+    assert_close(&as_f32(&out[1]), &ln, 1e-4, 1e-5);
 }
 
 #[test]

@@ -25,6 +25,19 @@ fn every_kernel_file_validates_with_naga() {
 }
 
 #[test]
+fn every_kernel_uses_the_launchers_workgroup_size() {
+    let want = format!("const WG: u32 = {}u;", crate::wgpu::plan::WG);
+    for (name, src) in kernels::ALL {
+        if src.contains("const WG:") {
+            assert!(
+                src.contains(&want),
+                "{name}: workgroup size differs from plan::WG"
+            );
+        }
+    }
+}
+
+#[test]
 fn every_specialisation_the_launchers_produce_validates_with_naga() {
     let variants = kernels::variants().unwrap_or_else(|e| panic!("specialising: {e}"));
     assert!(variants.len() > kernels::ALL.len());
