@@ -233,11 +233,7 @@ async fn bad_requests_get_invalid_argument_naming_the_problem() {
             Code::InvalidArgument,
             "input 'INPUT1': shape [1,4] of FP32 needs 16 bytes",
         ),
-        (
-            unknown,
-            Code::NotFound,
-            "Request for unknown model: 'nope'",
-        ),
+        (unknown, Code::NotFound, "Request for unknown model: 'nope'"),
         (version, Code::Unavailable, "version 7"),
         (
             count,
