@@ -337,7 +337,7 @@ pub(crate) fn exec(op: &Op, ins: &[In<'_>], outs: &[(DataType, Vec<usize>)]) -> 
                 dilations,
             };
             let xv = f32_of(x);
-            let (y, idx) = pool::max_pool(&xv, sx[0] * sx[1], &g, *storage_order_col);
+            let (y, idx) = pool::max_pool(&xv, sx[0] * sx[1], &g, *storage_order_col, outs.len() > 1);
             let y = match x {
                 Buf::F32(_) | Buf::F16(_) | Buf::BF16(_) | Buf::F64(_) => back(x.dtype(), y),
                 Buf::U8(_) => Buf::U8(y.into_iter().map(|v| v as u8).collect()),

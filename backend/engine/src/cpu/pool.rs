@@ -19,8 +19,53 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
     }
 }
 
+/// 2-D max pooling without indices (the common case): direct loops, no index arithmetic per tap.
+fn max_pool_2d(x: &[f32], planes: usize, g: &PoolGeom<'_>) -> Vec<f32> {
+    let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
+    let (oh, ow) = (g.out_sp[0], g.out_sp[1]);
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
+    let mut out = vec![0f32; planes * oh * ow];
+    out.par_chunks_mut((oh * ow).max(1))
+        .enumerate()
+        .for_each(|(p, dst)| {
+            let src = &x[p * ih * iw..(p + 1) * ih * iw];
+            for y in 0..oh {
+                for xo in 0..ow {
+                    let mut best = f32::NEG_INFINITY;
+                    for ky in 0..kh {
+                        let r = (y * sh + ky * dh) as isize - pt;
+                        if r < 0 || r >= ih as isize {
+                            continue;
+                        }
+                        let row = &src[r as usize * iw..(r as usize + 1) * iw];
+                        for kx in 0..kw {
+                            let c = (xo * sw + kx * dw) as isize - pl;
+                            if c >= 0 && c < iw as isize {
+                                best = best.max(row[c as usize]);
+                            }
+                        }
+                    }
+                    dst[y * ow + xo] = best;
+                }
+            }
+        });
+    out
+}
+
 /// Max pooling; also returns flat indices into x (row-major, or column-major spatial when `col`).
-pub(crate) fn max_pool(x: &[f32], planes: usize, g: &PoolGeom<'_>, col: bool) -> (Vec<f32>, Vec<i64>) {
+pub(crate) fn max_pool(
+    x: &[f32],
+    planes: usize,
+    g: &PoolGeom<'_>,
+    col: bool,
+    want_indices: bool,
+) -> (Vec<f32>, Vec<i64>) {
+    if g.in_sp.len() == 2 && !want_indices {
+        return (max_pool_2d(x, planes, g), Vec::new());
+    }
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();

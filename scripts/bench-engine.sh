@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Engine benchmark: CPU executor next to onnxruntime (Python, CPU provider) on the same model files,
+# in one run. Prints MatMul/Conv GFLOP/s per shape and model latency/throughput at batch 1, 8, 32.
+#   bench-engine.sh [RELEASE_BIN_DIR]       (the argument is accepted for scripts/bench.sh; unused)
+# Env: INFERGATE_BENCH_BATCHES (default 1,8,32), INFERGATE_BENCH_SECONDS (default 2),
+#      INFERGATE_BENCH_ONLY (comma-separated model names), INFERGATE_PYTHON (the venv's python).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+py="${INFERGATE_PYTHON:-$HOME/.cache/infergate/venv/bin/python}"
+[ -x "$py" ] || { echo "bench-engine: no venv python at $py (run \`make venv\`)" >&2; exit 1; }
+models="${INFERGATE_BENCH_MODELS:-${TMPDIR:-/tmp}/infergate-bench-models}"
+export INFERGATE_BENCH_MODELS="$models"
+export INFERGATE_BENCH_BATCHES="${INFERGATE_BENCH_BATCHES:-1,8,32}"
+export INFERGATE_BENCH_SECONDS="${INFERGATE_BENCH_SECONDS:-2}"
+echo "==> generating bench-size models in $models"
+"$py" "$root/backend/engine/models/export_models.py" "$models" --size bench --manifest
+echo "==> machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "==> infergate CPU executor (cargo bench -p infergate-engine --bench engine_cpu)"
+(cd "$root" && cargo bench -q -p infergate-engine --bench engine_cpu) | tee "$models/cpu.txt"
+echo "==> onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)') (CPUExecutionProvider, default threads)"
+only=()
+[ -n "${INFERGATE_BENCH_ONLY:-}" ] && only=(--only "$INFERGATE_BENCH_ONLY")
+"$py" "$root/backend/engine/models/bench_ort.py" "$models" --batches "$INFERGATE_BENCH_BATCHES" \
+  --seconds "$INFERGATE_BENCH_SECONDS" "${only[@]}" | tee "$models/ort.txt"
+echo "==> side by side (latency ms; ratio = infergate / onnxruntime, lower is better)"
+"$py" - "$models/cpu.txt" "$models/ort.txt" <<'PY'
+import sys
+def load(p):
+    d = {}
+    for line in open(p):
+        f = line.split()
+        if len(f) >= 7 and f[2] == "batch":
+            d[(f[1], int(f[3]))] = (float(f[5]), f[9] if len(f) > 9 else "")
+    return d
+cpu, ort = load(sys.argv[1]), load(sys.argv[2])
+print(f"{'model':40} {'batch':>5} {'infergate':>10} {'ort':>10} {'ratio':>6} {'GFLOP/s ig/ort':>16}")
+for k in sorted(cpu, key=lambda k: (k[0], k[1])):
+    if k in ort:
+        a, ga = cpu[k]; b, gb = ort[k]
+        g = f"{ga}/{gb}" if ga else ""
+        print(f"{k[0]:40} {k[1]:>5} {a:>10.3f} {b:>10.3f} {a/b:>6.2f} {g:>16}")
+PY
