@@ -67,11 +67,6 @@ impl Instance {
         }
     }
 
-    /// Device memory held by this instance.
-    pub fn device_memory_bytes(&self) -> u64 {
-        self.session.device_memory_bytes()
-    }
-
     /// Runs one set of inputs outside the batcher (warmup).
     pub async fn run_once(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>, ServeError> {
         let named = self.input_names.iter().cloned().zip(inputs).collect();

@@ -102,7 +102,7 @@ pub struct LoadedVersion {
     batcher: Batcher<Instance>,
     input_names: Vec<String>,
     output_names: Vec<String>,
-    device_memory: u64,
+    sessions: Vec<Arc<Session>>,
     instance_kinds: Vec<&'static str>,
     _files: Option<Arc<dyn Send + Sync>>,
 }
@@ -174,6 +174,7 @@ impl LoadedVersion {
         let stats = Arc::new(VersionStats::default());
         let names: Arc<[String]> = input_names.clone().into();
         let mut instances = Vec::new();
+        let mut sessions = Vec::new();
         let mut instance_kinds = Vec::new();
         let groups = if spec.instance_groups.is_empty() {
             vec![crate::spec::InstanceGroup {
@@ -188,8 +189,10 @@ impl LoadedVersion {
                 let (session, kind) = new_session(model.clone(), group.kind, options)
                     .await
                     .map_err(|e| format!("instance_group[{g}] instance {i}: {e}"))?;
+                let session = Arc::new(session);
+                sessions.push(session.clone());
                 instances.push(Instance::new(
-                    Arc::new(session),
+                    session,
                     names.clone(),
                     spec.max_batch_size > 0,
                     stats.clone(),
@@ -213,7 +216,6 @@ impl LoadedVersion {
             tracing::info!(model = %name, version, sample = %sample.name, "warmup done");
         }
 
-        let device_memory = instances.iter().map(Instance::device_memory_bytes).sum();
         let batcher = Batcher::new(spec.batcher.clone(), instances);
         stats.set_load_duration(started.elapsed());
         tracing::info!(
@@ -229,7 +231,7 @@ impl LoadedVersion {
             batcher,
             input_names,
             output_names,
-            device_memory,
+            sessions,
             instance_kinds,
             _files: files,
         })
@@ -247,7 +249,8 @@ impl LoadedVersion {
 
     /// Device memory held by the instances.
     pub fn device_memory_bytes(&self) -> u64 {
-        self.device_memory
+        // Plans (and their buffers) are compiled per batch-size bucket as traffic arrives: ask each time.
+        self.sessions.iter().map(|s| s.device_memory_bytes()).sum()
     }
 
     /// Executor of each instance (`"CPU"` or `"GPU"`).
@@ -262,13 +265,14 @@ impl LoadedVersion {
 
     /// Memory usage as the statistics extension reports it.
     pub fn memory_usage(&self) -> Vec<MemoryUsage> {
-        if self.device_memory == 0 {
+        let bytes = self.device_memory_bytes();
+        if bytes == 0 {
             return Vec::new();
         }
         vec![MemoryUsage {
             kind: "GPU".into(),
             id: 0,
-            byte_size: self.device_memory,
+            byte_size: bytes,
         }]
     }
 

@@ -377,3 +377,70 @@ async fn version_policies_choose_the_served_versions() {
         vec!["1", "2", "3"]
     );
 }
+
+#[tokio::test]
+async fn a_kind_gpu_group_runs_on_wgpu() {
+    // Tiny shapes: lavapipe (Mesa's software Vulkan) is the adapter in CI.
+    let repo = Repo::new();
+    repo.simple(
+        "g",
+        &[(1, 2)],
+        Some(&simple_config("dynamic_batching { }").replace("KIND_CPU", "KIND_GPU")),
+    );
+    let core = core(repo.path(), ControlMode::None).await;
+    if let Some((state, reason)) = index_state(&core, "g", "1").filter(|(s, _)| s != "READY") {
+        panic!(
+            "KIND_GPU model did not load ({state}): {reason}\n(install Mesa's Vulkan driver: apt-get install mesa-vulkan-drivers, or run `make test`)"
+        );
+    }
+    let r = core
+        .infer(request("g", None, &[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]))
+        .await
+        .unwrap();
+    assert_eq!(
+        output_f32(&r, "y"),
+        vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
+    );
+    let m = core.render_metrics();
+    assert!(
+        m.contains("infergate_model_instances{model=\"g\",version=\"1\",kind=\"GPU\"} 1"),
+        "{m}"
+    );
+    // GPU memory is the engine's account of its plans; it is exported per version.
+    assert!(
+        m.contains("infergate_model_gpu_memory_bytes{model=\"g\",version=\"1\"} "),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn the_concurrency_limit_refuses_with_a_clear_error() {
+    let repo = Repo::new();
+    repo.simple(
+        "m",
+        &[(1, 1)],
+        Some(&simple_config(
+            "dynamic_batching { max_queue_delay_microseconds: 30000000 }",
+        )),
+    );
+    let mut opts = options(repo.path(), ControlMode::Explicit);
+    opts.max_concurrent_requests = 1;
+    let core = ServerCore::new(opts);
+    core.start().await.unwrap();
+    core.load_model("m", LoadParameters::default()).await.unwrap();
+    let held = {
+        let core = core.clone();
+        tokio::spawn(async move { core.infer(request("m", None, &[[1.0; 4]])).await })
+    };
+    assert!(eventually(Duration::from_secs(5), || core.in_flight() == 1).await);
+    let err = core.infer(request("m", None, &[[1.0; 4]])).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unavailable);
+    assert!(
+        err.message.contains("--max-concurrent-requests"),
+        "{}",
+        err.message
+    );
+    core.unload_model("m", false).await.unwrap();
+    assert!(held.await.unwrap().is_ok());
+    assert_eq!(core.in_flight(), 0);
+}
