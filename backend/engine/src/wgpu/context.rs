@@ -2,6 +2,8 @@
 //! dedicated thread that submits work and polls for completion so that async callers never block.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
@@ -68,10 +70,34 @@ fn lost_error(info: &wgpu::AdapterInfo, why: &str) -> GpuError {
 
 type Job = Box<dyn FnOnce(&GpuDevice) + Send>;
 
+/// The driver-level pipeline cache (Vulkan), kept on disk so that compiled shaders survive restarts.
+struct DriverCache {
+    cache: wgpu::PipelineCache,
+    path: PathBuf,
+    dirty: AtomicBool,
+}
+
+/// Where the driver pipeline cache lives: `INFERGATE_PIPELINE_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/infergate/wgpu`, else `$HOME/.cache/infergate/wgpu`; `INFERGATE_PIPELINE_CACHE=off`
+/// disables it.
+fn cache_dir() -> Option<PathBuf> {
+    if std::env::var("INFERGATE_PIPELINE_CACHE").is_ok_and(|v| v == "off" || v == "0") {
+        return None;
+    }
+    if let Some(d) = std::env::var_os("INFERGATE_PIPELINE_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("infergate").join("wgpu"))
+}
+
 /// A device with its pipeline cache and submission thread. Shared by every session on the same adapter.
 pub(crate) struct GpuContext {
     pub(crate) dev: Arc<GpuDevice>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    driver_cache: Option<DriverCache>,
     jobs: Mutex<mpsc::Sender<Job>>,
 }
 
@@ -87,6 +113,14 @@ impl GpuContext {
         let mut features = wgpu::Features::empty();
         if has_f16 {
             features |= wgpu::Features::SHADER_F16;
+        }
+        let cache_path = adapter
+            .features()
+            .contains(wgpu::Features::PIPELINE_CACHE)
+            .then(|| Some(cache_dir()?.join(format!("{}.bin", wgpu::util::pipeline_cache_key(&info)?))))
+            .flatten();
+        if cache_path.is_some() {
+            features |= wgpu::Features::PIPELINE_CACHE;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -119,6 +153,27 @@ impl GpuContext {
             has_f16,
             lost,
         });
+        let driver_cache = cache_path.map(|path| {
+            let data = std::fs::read(&path).ok();
+            // SAFETY: `data` is only ever what `PipelineCache::get_data` returned on an adapter with the same
+            // `pipeline_cache_key` (the file is named by that key and written whole, by rename, in
+            // `save_pipeline_cache`). wgpu checks its header (adapter, driver validation key, length) and the
+            // driver checks its own; with `fallback` an unusable file yields an empty cache, not an error.
+            #[allow(unsafe_code)]
+            let cache = unsafe {
+                dev.device.create_pipeline_cache(&wgpu::PipelineCacheDescriptor {
+                    label: Some("infergate"),
+                    data: data.as_deref(),
+                    fallback: true,
+                })
+            };
+            tracing::debug!(path = %path.display(), loaded = data.is_some(), "wgpu pipeline cache");
+            DriverCache {
+                cache,
+                path,
+                dirty: AtomicBool::new(false),
+            }
+        });
         let (tx, rx) = mpsc::channel::<Job>();
         let thread_dev = Arc::clone(&dev);
         thread::Builder::new()
@@ -132,6 +187,7 @@ impl GpuContext {
         Ok(Arc::new(Self {
             dev,
             pipelines: Mutex::new(HashMap::new()),
+            driver_cache,
             jobs: Mutex::new(tx),
         }))
     }
@@ -183,7 +239,7 @@ impl GpuContext {
                         // Kernels initialise their workgroup memory; zeroing it costs time on every dispatch.
                         zero_initialize_workgroup_memory: false,
                     },
-                    cache: None,
+                    cache: self.driver_cache.as_ref().map(|c| &c.cache),
                 })
             })
             .map_err(|e| {
@@ -194,11 +250,39 @@ impl GpuContext {
                 }
             })?;
         let pipeline = Arc::new(pipeline);
+        if let Some(c) = &self.driver_cache {
+            c.dirty.store(true, Ordering::Relaxed);
+        }
         self.pipelines
             .lock()
             .map_err(|_| GpuError::internal("pipeline cache poisoned"))?
             .insert(source.wgsl.clone(), Arc::clone(&pipeline));
         Ok(pipeline)
+    }
+
+    /// Writes the driver pipeline cache to disk when pipelines were added since the last save (after a plan
+    /// is compiled). Failures only cost the next start its warm cache, so they are logged, not returned.
+    pub(crate) fn save_pipeline_cache(&self) {
+        let Some(c) = &self.driver_cache else {
+            return;
+        };
+        if !c.dirty.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let Some(data) = c.cache.get_data() else {
+            return;
+        };
+        let tmp = c.path.with_extension(format!("tmp{}", std::process::id()));
+        let written = c
+            .path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&tmp, &data))
+            .and_then(|()| std::fs::rename(&tmp, &c.path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!(path = %c.path.display(), error = %e, "cannot save the wgpu pipeline cache");
+        }
     }
 
     /// Number of distinct pipelines compiled on this device.

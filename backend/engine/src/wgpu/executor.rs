@@ -121,6 +121,7 @@ impl WgpuExecutor {
         let graph = model.specialise_for(inputs)?;
         let started = std::time::Instant::now();
         let plan = compile::compile(Arc::clone(ctx), &graph)?;
+        ctx.save_pipeline_cache();
         tracing::debug!(
             nodes = graph.nodes.len(),
             dispatches = plan.dispatch_count(),
