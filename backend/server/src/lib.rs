@@ -1,20 +1,20 @@
 //! The infergate inference server: Triton-compatible REST and gRPC front ends, model repository and dynamic batcher.
 
 pub mod batcher;
+pub mod check;
+pub mod cli;
+pub mod convert;
+pub mod core;
 pub mod grpc;
 pub mod http;
-pub mod convert;
 pub mod instance;
 pub mod manifest;
+pub mod metrics;
+pub mod metrics_server;
+pub mod model_config;
+pub mod repository;
 pub mod spec;
 pub mod stats;
 pub mod tensor_ops;
 pub mod version;
 pub mod warmup;
-pub mod model_config;
-pub mod repository;
-pub mod core;
-pub mod metrics;
-pub mod check;
-pub mod cli;
-pub mod metrics_server;
