@@ -503,6 +503,12 @@ async fn schedule<E: BatchExecutor>(shared: Arc<Shared<E>>, instances: Vec<Arc<E
                 match plan(&shared.config, &st.queue, now, delay, cap) {
                     Plan::Dispatch(n) => {
                         let batch = st.queue.take(n);
+                        if batch.is_empty() {
+                            // Every request of it had been abandoned by its caller: plan again.
+                            drop(st);
+                            respond_expired(expired, now);
+                            continue;
+                        }
                         // `free` is non-empty (checked above).
                         let instance = st.free.pop().unwrap_or_default();
                         st.running += 1;

@@ -27,6 +27,8 @@ struct Level<I, O, E> {
 pub(super) struct Queue<I, O, E> {
     levels: Vec<Level<I, O, E>>,
     len: usize,
+    /// Earliest timeout among queued requests (kept so that most scheduler wake-ups cost no scan).
+    min_deadline: Option<Instant>,
 }
 
 impl<I, O, E> Queue<I, O, E> {
@@ -41,6 +43,7 @@ impl<I, O, E> Queue<I, O, E> {
                 })
                 .collect(),
             len: 0,
+            min_deadline: None,
         }
     }
 
@@ -64,6 +67,9 @@ impl<I, O, E> Queue<I, O, E> {
 
     pub(super) fn push(&mut self, level: u32, q: Queued<I, O, E>) {
         let i = (level.max(1) as usize - 1).min(self.levels.len() - 1);
+        if let Some(d) = q.deadline {
+            self.min_deadline = Some(self.min_deadline.map_or(d, |m| m.min(d)));
+        }
         self.levels[i].ready.push_back(q);
         self.len += 1;
     }
@@ -88,59 +94,80 @@ impl<I, O, E> Queue<I, O, E> {
 
     /// Earliest timeout among requests that can still time out.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.levels
+        self.min_deadline
+    }
+
+    fn recompute_deadline(&mut self) {
+        self.min_deadline = self
+            .levels
             .iter()
             .flat_map(|l| l.ready.iter())
             .filter_map(|q| q.deadline)
-            .min()
+            .min();
     }
 
     /// Moves timed-out requests: `REJECT` ones into `rejected`, `DELAY` ones behind their level. Requests
-    /// whose caller went away are dropped.
+    /// whose caller went away are dropped from the front of each queue (the rest when `take` meets them).
+    /// Costs no scan unless a timeout is due.
     pub(super) fn expire(&mut self, now: Instant, rejected: &mut Vec<Queued<I, O, E>>) {
-        let stale = |q: &Queued<I, O, E>| q.tx.is_closed() || q.deadline.is_some_and(|d| d <= now);
-        if !self
-            .levels
-            .iter()
-            .any(|l| l.ready.iter().any(stale) || l.delayed.iter().any(|q| q.tx.is_closed()))
-        {
+        let mut removed = 0;
+        for level in &mut self.levels {
+            while level.ready.front().is_some_and(|q| q.tx.is_closed()) {
+                level.ready.pop_front();
+                removed += 1;
+            }
+            while level.delayed.front().is_some_and(|q| q.tx.is_closed()) {
+                level.delayed.pop_front();
+                removed += 1;
+            }
+        }
+        self.len -= removed;
+        if self.min_deadline.is_none_or(|d| d > now) {
             return;
         }
         let mut removed = 0;
         for level in &mut self.levels {
-            let before = level.ready.len() + level.delayed.len();
-            level.delayed.retain(|q| !q.tx.is_closed());
             let mut keep = VecDeque::with_capacity(level.ready.len());
             for q in level.ready.drain(..) {
-                if q.tx.is_closed() {
-                    continue;
-                }
                 match q.deadline {
                     Some(d) if d <= now => match q.action {
-                        TimeoutAction::Reject => rejected.push(q),
+                        TimeoutAction::Reject => {
+                            removed += 1;
+                            rejected.push(q);
+                        }
                         TimeoutAction::Delay => level.delayed.push_back(Queued { deadline: None, ..q }),
                     },
                     _ => keep.push_back(q),
                 }
             }
             level.ready = keep;
-            removed += before - (level.ready.len() + level.delayed.len());
         }
         self.len -= removed;
+        self.recompute_deadline();
     }
 
-    /// Removes the first `n` requests in batch order.
+    /// Removes the first `n` requests in batch order; those whose caller went away are dropped (so the
+    /// batch may be smaller, or empty).
     pub(super) fn take(&mut self, n: usize) -> Vec<Queued<I, O, E>> {
         let mut out = Vec::with_capacity(n);
+        let mut taken = 0;
         for level in &mut self.levels {
-            while out.len() < n {
+            while taken < n {
                 match level.ready.pop_front().or_else(|| level.delayed.pop_front()) {
-                    Some(q) => out.push(q),
+                    Some(q) => {
+                        taken += 1;
+                        if !q.tx.is_closed() {
+                            out.push(q);
+                        }
+                    }
                     None => break,
                 }
             }
         }
-        self.len -= out.len();
+        self.len -= taken;
+        if self.min_deadline.is_some() {
+            self.recompute_deadline();
+        }
         out
     }
 }
