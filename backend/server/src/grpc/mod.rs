@@ -12,8 +12,8 @@ use infergate_protocol::InferenceService;
 use infergate_protocol::grpc::TRITONCLIENT_MAX_MESSAGE_BYTES;
 use infergate_protocol::grpc::pb::grpc_inference_service_server::GrpcInferenceServiceServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::codec::CompressionEncoding;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::pb::health_server::HealthServer;
 
 pub use health::HealthService;
@@ -62,9 +62,9 @@ where
         .max_decoding_message_size(limits.max_message_bytes)
         .max_encoding_message_size(limits.max_message_bytes)
         .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Deflate)
-        .send_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Deflate);
+        .accept_compressed(CompressionEncoding::Deflate);
+    // Responses go out uncompressed, as Triton sends them: gRPC clients advertise gzip in
+    // grpc-accept-encoding by default, and compressing every small response costs more than it saves.
     let health = HealthServer::new(HealthService::new(Arc::new(service)));
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -73,7 +73,9 @@ where
         .http2_max_pending_accept_reset_streams(Some(64))
         .add_service(inference)
         .add_service(health)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        // With a listener of our own, tonic's `tcp_nodelay` does not apply: set it on the incoming
+        // stream, or Nagle's algorithm holds small responses back (milliseconds per call).
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown)
         .await
 }
 
