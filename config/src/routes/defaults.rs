@@ -151,6 +151,18 @@ pub fn canary_max_error_rate_delta() -> f64 {
 pub fn canary_max_p99_ratio() -> f64 {
     1.5
 }
+/// Canary p99 differences at or below this are noise, whatever their ratio.
+pub fn canary_p99_noise_floor() -> Duration {
+    Duration::from_millis(1)
+}
+/// Mirrored copies of one route in flight at once.
+pub fn mirror_max_concurrent() -> u32 {
+    64
+}
+/// (route, caller) token buckets kept in memory: 262,144, about 10 MB.
+pub fn quota_buckets() -> u32 {
+    1 << 18
+}
 /// Time between promotion steps.
 pub fn promotion_interval() -> Duration {
     Duration::from_secs(300)

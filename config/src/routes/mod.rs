@@ -228,7 +228,7 @@ pub struct OutlierDetection {
 }
 
 /// How callers are identified, and their quotas.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Callers {
     /// Where the caller id comes from: `{ header: NAME }`, `mtls_identity`, or `peer_address`.
@@ -239,6 +239,10 @@ pub struct Callers {
     pub default_quota: Option<Quota>,
     /// Per-caller quotas that replace the default.
     pub overrides: Vec<CallerOverride>,
+    /// Most (route, caller) token buckets kept in memory (about 40 bytes each). Idle buckets are dropped
+    /// first; when every bucket is active, some are dropped and those callers restart with a full bucket.
+    #[serde(default = "defaults::quota_buckets")]
+    pub quota_buckets: u32,
 }
 
 /// Where a caller's identity comes from.
@@ -438,6 +442,12 @@ pub struct Mirror {
     /// Share of requests copied, in percent.
     #[serde(default = "defaults::hundred_percent")]
     pub percent: f64,
+    /// Copies of this route's requests in flight at once; further copies are dropped (and counted).
+    #[serde(default = "defaults::mirror_max_concurrent")]
+    pub max_concurrent: u32,
+    /// A copy still unanswered after this is abandoned; absent means the route's `timeout`.
+    #[serde(default, with = "units::opt_duration")]
+    pub timeout: Option<Duration>,
 }
 
 /// Fault injection for drills.
@@ -496,6 +506,10 @@ pub struct CanaryAnalysis {
     /// Largest allowed canary p99 latency divided by baseline p99 latency.
     #[serde(default = "defaults::canary_max_p99_ratio")]
     pub max_p99_ratio: f64,
+    /// Latency noise floor: a canary p99 over the ratio counts only when it also exceeds the baseline's by
+    /// more than this (sub-millisecond p99s jitter by large ratios).
+    #[serde(default = "defaults::canary_p99_noise_floor", with = "units::duration")]
+    pub p99_noise_floor: Duration,
     /// Shift weight to the canary in steps while it stays healthy; absent means judge only (no shifting).
     #[serde(default)]
     pub promotion: Option<Promotion>,
@@ -633,6 +647,18 @@ impl RoutingRules {
     /// The route with this name.
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.routes.iter().find(|r| r.name == name)
+    }
+}
+
+impl Default for Callers {
+    fn default() -> Self {
+        Callers {
+            identify_by: CallerIdentity::default(),
+            unidentified: Unidentified::default(),
+            default_quota: None,
+            overrides: Vec::new(),
+            quota_buckets: defaults::quota_buckets(),
+        }
     }
 }
 

@@ -642,3 +642,55 @@ fn duplicate_keys_and_anchors() {
     assert_eq!(c.rules.routes[0].retries, c.rules.routes[1].retries);
     assert_eq!(c.rules.routes[1].retries.as_ref().unwrap().attempts, 3);
 }
+
+#[test]
+fn mirror_canary_and_quota_store_limits() {
+    // Defaults when left out.
+    let plain = format!(
+        "{BASE}    mirror: {{ upstream: resnet-v2 }}\n    canary: {{ baseline: resnet-v1, canary: resnet-v2 }}\n"
+    );
+    let c = parse(&plain).unwrap();
+    let route = &c.rules.routes[0];
+    let mirror = route.mirror.as_ref().unwrap();
+    assert_eq!(mirror.max_concurrent, defaults::mirror_max_concurrent());
+    assert_eq!(mirror.timeout, None);
+    assert_eq!(
+        route.canary.as_ref().unwrap().p99_noise_floor,
+        Duration::from_millis(1)
+    );
+    assert_eq!(c.rules.callers.quota_buckets, 1 << 18);
+    assert_eq!(Callers::default().quota_buckets, 1 << 18);
+
+    // Set explicitly.
+    let set = format!(
+        "callers: {{ quota_buckets: 1000 }}\n{BASE}    mirror: {{ upstream: resnet-v2, max_concurrent: 8, timeout: 250ms }}\n    \
+         canary: {{ baseline: resnet-v1, canary: resnet-v2, p99_noise_floor: 5ms }}\n"
+    );
+    let c = parse(&set).unwrap();
+    let route = &c.rules.routes[0];
+    let mirror = route.mirror.as_ref().unwrap();
+    assert_eq!(mirror.max_concurrent, 8);
+    assert_eq!(mirror.timeout, Some(Duration::from_millis(250)));
+    assert_eq!(
+        route.canary.as_ref().unwrap().p99_noise_floor,
+        Duration::from_millis(5)
+    );
+    assert_eq!(c.rules.callers.quota_buckets, 1000);
+
+    // Refused values, each at its line.
+    let bad = format!(
+        "callers: {{ quota_buckets: 10 }}\n{BASE}    mirror: {{ upstream: resnet-v2, max_concurrent: 0, timeout: 0s }}\n"
+    );
+    let all = problems(&bad);
+    for e in [
+        "routes.yaml:1:27: quota_buckets is 10, below the smallest store of 64 buckets (hint: use at least 64, or remove it for the default of 262144)",
+        "routes.yaml:15:52: route 'resnet': mirror max_concurrent is 0, so no copy would ever be sent (hint: remove the mirror section to stop mirroring, or allow at least 1)",
+        "routes.yaml:15:64: route 'resnet': mirror timeout is 0s, so every copy would be abandoned at once (hint: remove it to use the route's timeout)",
+    ] {
+        assert!(all.contains(&e.to_string()), "missing {e}\n in {all:#?}");
+    }
+    assert_problem(
+        &format!("callers: {{ quota_buckets: 100000000 }}\n{BASE}"),
+        "routes.yaml:1:27: warning: quota_buckets is 100000000: at about 40 bytes a bucket the quota store may grow to 3814 MiB",
+    );
+}

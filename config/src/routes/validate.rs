@@ -11,6 +11,11 @@ use crate::diagnostic::{Diagnostic, Diagnostics, did_you_mean};
 use crate::node::SpanIndex;
 use crate::units::format_duration;
 
+/// The quota store has 64 shards; fewer buckets than that cannot be spread over them.
+const MIN_QUOTA_BUCKETS: u32 = 64;
+/// Above this many buckets (about 640 MiB) the store's worst case is reported.
+const MAX_QUOTA_BUCKETS_WITHOUT_WARNING: u32 = 1 << 24;
+
 const METHODS: [&str; 9] = [
     "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE",
 ];
@@ -313,6 +318,28 @@ fn callers(c: &mut Checker<'_>, callers: &Callers, listeners: &Listeners) {
     if let Some(q) = &callers.default_quota {
         c.quota("callers.default_quota", q);
     }
+    if callers.quota_buckets < MIN_QUOTA_BUCKETS {
+        c.error(
+            "callers.quota_buckets",
+            format!(
+                "quota_buckets is {}, below the smallest store of {MIN_QUOTA_BUCKETS} buckets",
+                callers.quota_buckets
+            ),
+        )
+        .hint = Some(format!(
+            "use at least {MIN_QUOTA_BUCKETS}, or remove it for the default of {}",
+            super::defaults::quota_buckets()
+        ));
+    } else if callers.quota_buckets > MAX_QUOTA_BUCKETS_WITHOUT_WARNING {
+        c.warn(
+            "callers.quota_buckets",
+            format!(
+                "quota_buckets is {}: at about 40 bytes a bucket the quota store may grow to {} MiB",
+                callers.quota_buckets,
+                (u64::from(callers.quota_buckets) * 40) >> 20
+            ),
+        );
+    }
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, o) in callers.overrides.iter().enumerate() {
         let p = format!("callers.overrides[{i}]");
@@ -503,6 +530,20 @@ fn check_route(c: &mut Checker<'_>, p: &str, route: &Route, upstreams: &[&str]) 
             "mirrors traffic to",
         );
         c.percent(&format!("{mp}.percent"), "mirror percent", mirror.percent);
+        if mirror.max_concurrent == 0 {
+            c.error(
+                &format!("{mp}.max_concurrent"),
+                format!("route '{name}': mirror max_concurrent is 0, so no copy would ever be sent"),
+            )
+            .hint = Some("remove the mirror section to stop mirroring, or allow at least 1".into());
+        }
+        if mirror.timeout.is_some_and(|t| t.is_zero()) {
+            c.error(
+                &format!("{mp}.timeout"),
+                format!("route '{name}': mirror timeout is 0s, so every copy would be abandoned at once"),
+            )
+            .hint = Some("remove it to use the route's timeout".into());
+        }
     }
     if let Some(fault) = &route.fault {
         check_fault(c, &format!("{p}.fault"), route, fault);
