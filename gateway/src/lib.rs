@@ -17,6 +17,7 @@ pub mod mirror;
 pub mod pipeline;
 pub mod proxy;
 pub mod quota;
+pub mod reload;
 pub mod retry;
 pub mod route;
 pub mod server;

@@ -4,13 +4,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use infergate_config::load_gateway_config;
+use infergate_config::{WatchOptions, load_gateway_config, read_config_file};
 use infergate_gateway::config_state::RuntimeState;
+use infergate_gateway::reload::content_hash;
 use infergate_gateway::server::{Gateway, Overrides};
 
 /// The infergate sidecar gateway.
@@ -64,16 +63,11 @@ fn init_tracing() {
         .init();
 }
 
-fn hash(text: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(text.as_bytes()))
-}
-
 fn check(file: &Path) -> ExitCode {
-    let text = match std::fs::read_to_string(file) {
+    let text = match read_config_file(file) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("{}: cannot read the file: {e}", file.display());
+        Err(d) => {
+            eprintln!("{d}");
             return ExitCode::FAILURE;
         }
     };
@@ -100,7 +94,8 @@ fn check(file: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let compiled = rt.block_on(async { RuntimeState::new(&config.rules, hash(&text), 0).map(|_| ()) });
+    let compiled =
+        rt.block_on(async { RuntimeState::new(&config.rules, content_hash(&text), 0).map(|_| ()) });
     match compiled {
         Ok(()) => {
             println!(
@@ -122,7 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let path = cli
         .config
         .context("no config file given: pass --config FILE (or set INFERGATE_GATEWAY_CONFIG), or run 'infergate-gateway check FILE'")?;
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = read_config_file(&path).map_err(|d| anyhow::anyhow!("{d}"))?;
     let (config, warnings) = load_gateway_config(&text, &path).map_err(|d| anyhow::anyhow!("{d}"))?;
     for w in warnings.iter() {
         tracing::warn!("{w}");
@@ -138,11 +133,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data: cli.data_address,
             admin: cli.admin_address,
         };
-        let gateway = Gateway::start(config, hash(&text), overrides).await?;
-        let watcher = tokio::spawn(watch(Arc::clone(&gateway), path.clone(), hash(&text)));
+        let gateway = Gateway::start(config, content_hash(&text), overrides).await?;
+        // Watches the file's folder (writes, renames, the ConfigMap `..data` swap) and SIGHUP.
+        let watcher = gateway
+            .watch(&path, WatchOptions::default())
+            .await
+            .map_err(|d| anyhow::anyhow!("{d}"))?;
         wait_for_signal().await?;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
-        watcher.abort();
+        drop(watcher);
         let left = gateway.shutdown().await;
         tracing::info!(left_open = left, "stopped");
         Ok(())
@@ -158,48 +157,4 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
-}
-
-/// Watches the routes file: its content is read every second (and at once on SIGHUP) and applied when its
-/// hash changes. Reading the path each time follows in-place writes, rename-over, delete + recreate and the
-/// Kubernetes `..data` symlink swap alike.
-async fn watch(gateway: Arc<Gateway>, path: PathBuf, mut last: String) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).ok();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut last_missing = false;
-    loop {
-        match &mut hup {
-            Some(h) => {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = h.recv() => tracing::info!("SIGHUP: reading the config again"),
-                }
-            }
-            None => {
-                tick.tick().await;
-            }
-        }
-        let text = match tokio::fs::read_to_string(&path).await {
-            Ok(t) => {
-                last_missing = false;
-                t
-            }
-            Err(e) => {
-                // Mid-swap the file may be briefly missing; say so once.
-                if !last_missing {
-                    tracing::warn!(file = %path.display(), error = %e, "cannot read the config; the running rules stay");
-                }
-                last_missing = true;
-                continue;
-            }
-        };
-        let h = hash(&text);
-        if h == last {
-            continue;
-        }
-        last = h.clone();
-        // Errors are logged, counted and served on /config/errors by reload_text.
-        let _ = gateway.reload_text(&text, &path, h);
-    }
 }

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -190,7 +190,7 @@ type Shard = HashMap<u128, Bucket, BuildHasherDefault<IdHasher>>;
 /// across config reloads. `Send + Sync`; share it behind an `Arc`.
 pub struct QuotaStore {
     shards: Box<[Mutex<Shard>]>,
-    cap_per_shard: usize,
+    cap_per_shard: AtomicUsize,
     hasher: RandomState,
     epoch: Instant,
     evicted_idle: AtomicU64,
@@ -201,7 +201,7 @@ impl std::fmt::Debug for QuotaStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuotaStore")
             .field("buckets", &self.len())
-            .field("capacity", &(self.cap_per_shard * self.shards.len()))
+            .field("capacity", &self.capacity())
             .finish_non_exhaustive()
     }
 }
@@ -216,11 +216,10 @@ impl QuotaStore {
     /// A store holding at most about `capacity` buckets (rounded up to a multiple of the shard
     /// count).
     pub fn with_capacity(capacity: usize) -> Self {
-        let cap_per_shard = capacity.div_ceil(SHARDS).max(8);
         let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
         Self {
             shards,
-            cap_per_shard,
+            cap_per_shard: AtomicUsize::new(per_shard(capacity)),
             hasher: RandomState::new(),
             epoch: Instant::now(),
             evicted_idle: AtomicU64::new(0),
@@ -271,8 +270,9 @@ impl QuotaStore {
                 retry_after: Duration::from_nanos(new_tat - tau - now_ns),
             }
         } else {
-            if !shard.contains_key(&key) && shard.len() >= self.cap_per_shard {
-                self.make_room(&mut shard, now_ns);
+            let cap = self.cap_per_shard.load(Ordering::Relaxed);
+            if shard.len() >= cap && !shard.contains_key(&key) {
+                self.make_room(&mut shard, now_ns, cap);
             }
             shard.insert(
                 key,
@@ -290,19 +290,16 @@ impl QuotaStore {
             }
         };
         drop(shard);
-        if !decision.allowed {
-            metrics::counter!("infergate_gateway_quota_rejections_total").increment(1);
-        }
         decision
     }
 
     /// Drops idle buckets; when that frees less than an eighth of the shard, drops arbitrary
     /// active buckets too (they restart full). Amortised: runs once per `cap/8` insertions at most.
-    fn make_room(&self, shard: &mut Shard, now_ns: u64) {
+    fn make_room(&self, shard: &mut Shard, now_ns: u64, cap: usize) {
         let before = shard.len();
         shard.retain(|_, b| b.tat > now_ns);
         let idle = before - shard.len();
-        let target = self.cap_per_shard - self.cap_per_shard / 8;
+        let target = cap - cap / 8;
         let mut active = 0usize;
         if shard.len() > target {
             let mut excess = shard.len() - target;
@@ -380,7 +377,26 @@ impl QuotaStore {
 
     /// The most buckets this store holds.
     pub fn capacity(&self) -> usize {
-        self.cap_per_shard * self.shards.len()
+        self.cap_per_shard.load(Ordering::Relaxed) * self.shards.len()
+    }
+
+    /// Changes the capacity (a reload changed `callers.quota_buckets`). Buckets are kept; when the store
+    /// shrinks, shards over the new limit drop idle buckets, then active ones, at once.
+    pub fn set_capacity(&self, capacity: usize, now: Instant) {
+        let cap = per_shard(capacity);
+        if self.cap_per_shard.swap(cap, Ordering::Relaxed) <= cap {
+            return;
+        }
+        let now_ns = self.ns(now);
+        for shard in self.shards.iter() {
+            let mut s = match shard.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if s.len() > cap {
+                self.make_room(&mut s, now_ns, cap);
+            }
+        }
     }
 
     /// Buckets evicted so far: `(idle, active)`.
@@ -395,6 +411,11 @@ impl QuotaStore {
         // Saturates (not panics) for instants before the epoch.
         u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
+}
+
+/// Buckets per shard for a store of `capacity` buckets (at least 8).
+fn per_shard(capacity: usize) -> usize {
+    capacity.div_ceil(SHARDS).max(8)
 }
 
 #[cfg(test)]
@@ -436,5 +457,23 @@ mod tests {
                 .burst,
             2
         );
+    }
+
+    #[test]
+    fn a_smaller_capacity_trims_the_store_at_once() {
+        let store = QuotaStore::with_capacity(64 * 100);
+        let q = RouteQuota::new(RouteKey(1), Some(QuotaSpec::new(1, Duration::from_secs(60), 5)));
+        let t0 = Instant::now();
+        let names: Vec<String> = (0..5000).map(|i| format!("caller-{i}")).collect();
+        for n in &names {
+            assert!(store.check(&q, &Caller::Header(n), t0).unwrap().allowed);
+        }
+        assert_eq!(store.len(), 5000, "every active bucket fits");
+        store.set_capacity(64 * 20, t0);
+        assert_eq!(store.capacity(), 64 * 20);
+        assert!(store.len() <= 64 * 20, "{} buckets after shrinking", store.len());
+        assert!(store.evictions().1 > 0, "active buckets were dropped and counted");
+        store.set_capacity(64 * 200, t0);
+        assert_eq!(store.capacity(), 64 * 200);
     }
 }

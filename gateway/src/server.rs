@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use infergate_config::{GatewayConfig, load_gateway_config};
+use infergate_config::{
+    Diagnostic, Diagnostics, GatewayConfig, Pos, Rejection, ReloadOutcome, load_gateway_config,
+};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -164,66 +166,77 @@ impl Gateway {
 
     /// Parses, validates and applies a new version of the config file's text. Invalid text is rejected
     /// with every problem listed, and the running rules stay; changed listeners are reported as warnings
-    /// (they need a restart). Counts `infergate_gateway_config_reloads_total{result}`.
+    /// (they need a restart). Counts `infergate_gateway_config_reloads_total{result}` and logs the outcome.
+    /// (The running gateway reloads through [`Gateway::watch`]; this is the same path without a file.)
     pub fn reload_text(&self, text: &str, file: &Path, hash: String) -> Result<Vec<String>, String> {
-        let result = load_gateway_config(text, file)
-            .map_err(|d| d.to_string())
-            .and_then(|(cfg, warnings)| {
-                let running = self
-                    .running
-                    .lock()
-                    .map_err(|_| "internal: config lock poisoned".to_string())?
-                    .clone();
-                let (next, restart) = GatewayConfig::reloaded(&running, cfg, file);
-                let mut all: Vec<String> = warnings.iter().map(|w| w.to_string()).collect();
-                all.extend(restart.iter().map(|w| w.to_string()));
-                self.state.apply(&next.rules, hash.clone())?;
-                if let Ok(mut r) = self.running.lock() {
-                    *r = next;
-                }
-                Ok(all)
-            });
-        self.record_reload(result, Some(hash))
-    }
-
-    /// Applies an already parsed config (the config watcher's value). Listeners are kept.
-    pub fn apply(
-        &self,
-        config: &GatewayConfig,
-        hash: String,
-        warnings: Vec<String>,
-    ) -> Result<Vec<String>, String> {
-        let result = self.state.apply(&config.rules, hash.clone()).map(|()| warnings);
-        self.record_reload(result, Some(hash))
-    }
-
-    /// Records a rejection that happened before the gateway saw a config (the watcher rejected the file).
-    pub fn record_rejection(&self, error: String, hash: Option<String>) {
-        self.record_reload(Err(error), hash).ok();
-    }
-
-    fn record_reload(
-        &self,
-        result: Result<Vec<String>, String>,
-        hash: Option<String>,
-    ) -> Result<Vec<String>, String> {
-        match &result {
-            Ok(warnings) => {
-                metrics::counter!(m::CONFIG_RELOADS, "result" => "applied").increment(1);
-                metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
-                for w in warnings {
+        match self.load(text, file, hash.clone()) {
+            Ok((_, warnings)) => {
+                for w in &warnings {
                     tracing::warn!(warning = %w, "config reloaded with a warning");
                 }
-                tracing::info!(hash = hash.as_deref().unwrap_or("-"), "routing rules reloaded");
-                self.state.set_warnings(warnings.clone());
+                tracing::info!(hash = %hash, "routing rules reloaded");
+                self.record_outcome(&ReloadOutcome::Applied {
+                    content_hash: hash,
+                    warnings: warnings.clone(),
+                });
+                Ok(warnings.iter().map(ToString::to_string).collect())
             }
-            Err(e) => {
-                metrics::counter!(m::CONFIG_RELOADS, "result" => "rejected").increment(1);
-                tracing::error!(error = %e, "config rejected; the running rules stay");
-                self.state.reject(e.clone(), hash);
+            Err(diagnostics) => {
+                let error = diagnostics.to_string();
+                tracing::error!(error = %error, "config rejected; the running rules stay");
+                self.record_outcome(&ReloadOutcome::Rejected(Rejection {
+                    at: std::time::SystemTime::now(),
+                    content_hash: Some(hash),
+                    error: error.clone(),
+                    diagnostics,
+                }));
+                Err(error)
             }
         }
-        result
+    }
+
+    /// Parses, validates and compiles `text`, then swaps the new rules in (unless `hash` is what runs
+    /// already). Listeners stay as started; a changed `listeners` section adds a "needs restart" warning.
+    /// Returns the config now running and the warnings; on error nothing changed.
+    pub(crate) fn load(
+        &self,
+        text: &str,
+        file: &Path,
+        hash: String,
+    ) -> Result<(GatewayConfig, Vec<Diagnostic>), Diagnostics> {
+        let (parsed, warnings) = load_gateway_config(text, file)?;
+        let mut running = self
+            .running
+            .lock()
+            .map_err(|_| whole_file(file, "internal: the running config's lock is poisoned".into()))?;
+        let (next, restart) = GatewayConfig::reloaded(&running, parsed, file);
+        if hash != self.state.snapshot().hash {
+            self.state
+                .apply(&next.rules, hash)
+                .map_err(|e| whole_file(file, format!("the rules cannot be compiled: {e}")))?;
+        }
+        *running = next.clone();
+        let mut all = warnings.0;
+        all.extend(restart);
+        Ok((next, all))
+    }
+
+    /// Counts a reload outcome (`infergate_gateway_config_reloads_total{result}`), and keeps a refusal for
+    /// `/config/errors` and an applied version's warnings for `/config`. Logging is the caller's.
+    pub(crate) fn record_outcome(&self, outcome: &ReloadOutcome) {
+        match outcome {
+            ReloadOutcome::Applied { warnings, .. } => {
+                metrics::counter!(m::CONFIG_RELOADS, "result" => "applied").increment(1);
+                metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
+                self.state
+                    .set_warnings(warnings.iter().map(ToString::to_string).collect());
+            }
+            ReloadOutcome::Rejected(r) => {
+                metrics::counter!(m::CONFIG_RELOADS, "result" => "rejected").increment(1);
+                self.state.reject(r.error.clone(), r.content_hash.clone());
+            }
+            ReloadOutcome::Unchanged => {}
+        }
     }
 
     /// Stops accepting, tells open connections to finish, and waits for them (at most the drain timeout).
@@ -257,4 +270,8 @@ fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn whole_file(file: &Path, message: String) -> Diagnostics {
+    Diagnostics::single(Diagnostic::error(file, Pos::default(), message))
 }

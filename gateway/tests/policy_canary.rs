@@ -164,3 +164,46 @@ routes:
     // Routes without analysis use their configured weights.
     assert_eq!(&*v3.get("other").unwrap().weights(), &[1]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_configured_noise_floor_decides_whether_a_small_p99_gap_counts() {
+    let compiled = |floor: &str| {
+        let text = format!(
+            "\
+upstreams:
+  - name: v1
+    endpoints: [\"127.0.0.1:9\"]
+routes:
+  - name: resnet
+    destinations:
+      - {{ name: stable, upstream: v1, weight: 90 }}
+      - {{ name: canary, upstream: v1, weight: 10 }}
+    canary: {{ baseline: stable, canary: canary, window: 10s, min_requests: 20, max_p99_ratio: 1.5{floor} }}
+"
+        );
+        let rules = infergate_config::parse_gateway_config(&text, Path::new("routes.yaml"))
+            .unwrap()
+            .rules;
+        let routes = CompiledRoutes::try_from(&rules).unwrap();
+        routes.get("resnet").unwrap().canary.clone().unwrap()
+    };
+    // 4 ms against 2 ms is twice as slow, but only 2 ms apart.
+    let default_floor = compiled("");
+    assert_eq!(default_floor.policy().p99_slack, Duration::from_millis(1));
+    let wide_floor = compiled(", p99_noise_floor: 5ms");
+    assert_eq!(wide_floor.policy().p99_slack, Duration::from_millis(5));
+    for _ in 0..10 {
+        second(&default_floor, 10, 0, 2, 4).await;
+        second(&wide_floor, 10, 0, 2, 4).await;
+    }
+    assert_eq!(
+        default_floor.phase(),
+        Phase::RolledBack,
+        "2 ms is above a 1 ms floor"
+    );
+    assert_eq!(
+        wide_floor.phase(),
+        Phase::Observing,
+        "2 ms is noise under a 5 ms floor"
+    );
+}

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use infergate_gateway::fault::{FaultAbort, FaultPolicy, Percent};
 use infergate_gateway::mirror::{MIRROR_HEADER, MirrorPolicy, MirrorStore};
-use infergate_gateway::route::RouteKey;
+use infergate_gateway::route::{CompiledRoutes, RouteKey};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -88,6 +88,48 @@ async fn a_hung_shadow_is_abandoned_after_the_timeout() {
         limiter.available_permits(),
         1,
         "the permit of an abandoned copy is released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_configured_limit_and_timeout_reach_the_mirror() {
+    let text = "\
+upstreams:
+  - { name: main, endpoints: [\"127.0.0.1:9\"] }
+  - { name: shadow, endpoints: [\"127.0.0.1:9\"] }
+routes:
+  - name: r
+    timeout: 30s
+    destinations: [{ upstream: main }]
+    mirror: { upstream: shadow, max_concurrent: 2, timeout: 500ms }
+  - name: plain
+    timeout: 7s
+    destinations: [{ upstream: main }]
+    mirror: { upstream: shadow }
+";
+    let rules = infergate_config::parse_gateway_config(text, std::path::Path::new("routes.yaml"))
+        .unwrap()
+        .rules;
+    let routes = CompiledRoutes::try_from(&rules).unwrap();
+    let m = routes.get("r").unwrap().mirror.clone().unwrap();
+    assert_eq!(m.timeout, Duration::from_millis(500));
+    assert_eq!(
+        routes.get("plain").unwrap().mirror.as_ref().unwrap().timeout,
+        Duration::from_secs(7),
+        "without its own timeout a copy gets the route's"
+    );
+    let hung = tower::service_fn(|_req: Request<Bytes>| async {
+        std::future::pending::<()>().await;
+        Ok::<_, std::convert::Infallible>(())
+    });
+    let accepted = (0..5)
+        .filter(|_| m.spawn(hung, Request::new(Bytes::new())))
+        .count();
+    assert_eq!(accepted, 2, "max_concurrent: 2 copies in flight");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        m.spawn(hung, Request::new(Bytes::new())),
+        "both copies were abandoned after 500 ms, freeing their slots"
     );
 }
 

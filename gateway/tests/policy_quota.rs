@@ -156,3 +156,29 @@ async fn hot_reload_keeps_unchanged_buckets_and_resets_changed_ones() {
     let g = stores.quotas.check(&q2, &gold, now).unwrap();
     assert!(g.allowed && g.remaining == 3, "{g:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn quota_buckets_sizes_the_store_and_a_reload_resizes_it() {
+    let stores = PolicyStores::default();
+    let parse = |t: &str| {
+        infergate_config::parse_gateway_config(t, Path::new("routes.yaml"))
+            .unwrap()
+            .rules
+    };
+    let with_buckets =
+        |n: u32| rules("1/min", "1/min").replace("callers:\n", &format!("callers:\n  quota_buckets: {n}\n"));
+    CompiledRoutes::compile(&parse(&rules("1/min", "1/min")), &stores).unwrap();
+    assert_eq!(stores.quotas.capacity(), 1 << 18, "the default capacity");
+    let v = CompiledRoutes::compile(&parse(&with_buckets(6400)), &stores).unwrap();
+    assert_eq!(stores.quotas.capacity(), 6400);
+    // 20,000 active callers in a 6,400-bucket store: memory stays bounded.
+    let q = v.get("r").unwrap().quota.clone().unwrap();
+    let names: Vec<String> = (0..20_000).map(|i| format!("c{i}")).collect();
+    for n in &names {
+        stores.quotas.check(&q, &Caller::Header(n), Instant::now());
+    }
+    assert!(stores.quotas.len() <= 6400, "{} buckets", stores.quotas.len());
+    // Shrinking on reload trims at once.
+    CompiledRoutes::compile(&parse(&with_buckets(640)), &stores).unwrap();
+    assert!(stores.quotas.len() <= 640, "{} buckets", stores.quotas.len());
+}

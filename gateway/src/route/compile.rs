@@ -3,7 +3,6 @@
 //! state in [`PolicyStores`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use infergate_config as cfg;
@@ -20,9 +19,6 @@ use crate::quota::{QuotaSpec, QuotaStore, RouteQuota};
 use crate::retry::{Backoff, BudgetSpec, RetryBudgetStore, RetryOn, RetryPolicy};
 use crate::split::{Destination, Split};
 use crate::timeout::TimeoutPolicy;
-
-/// Copies of one route's traffic in flight to its mirror at most (the rest are dropped, counted).
-pub const MIRROR_MAX_CONCURRENT: usize = 64;
 
 /// State that outlives config versions: token buckets, retry budgets, canary windows, mirror
 /// limits. One per gateway process; pass it to every [`CompiledRoutes::compile`].
@@ -52,6 +48,10 @@ impl CompiledRoutes {
         let mut errors = Vec::new();
         let callers = caller_policy(&rules.callers);
         let now = Instant::now();
+        stores.quotas.set_capacity(
+            usize::try_from(rules.callers.quota_buckets).unwrap_or(usize::MAX),
+            now,
+        );
         let mut routes = Vec::with_capacity(rules.routes.len());
         for r in &rules.routes {
             match compile_route(r, &rules.callers, stores, now) {
@@ -240,12 +240,14 @@ fn compile_route(
 
     // Mirror.
     let mirror = r.mirror.as_ref().map(|m| {
-        let limiter = stores.mirrors.attach(key, MIRROR_MAX_CONCURRENT);
+        let limiter = stores
+            .mirrors
+            .attach(key, usize::try_from(m.max_concurrent).unwrap_or(usize::MAX));
         MirrorPolicy::new(
             name.clone(),
             m.upstream.as_str().into(),
             Percent::new(m.percent),
-            r.timeout,
+            m.timeout.unwrap_or(r.timeout),
             limiter,
         )
     });
@@ -279,7 +281,7 @@ fn compile_route(
                         min_requests: c.min_requests,
                         max_error_rate_increase: Some(c.max_error_rate_delta),
                         max_p99_ratio: Some(c.max_p99_ratio),
-                        p99_slack: Duration::from_millis(1),
+                        p99_slack: c.p99_noise_floor,
                         promotion: c.promotion.as_ref().map(|p| Promotion {
                             steps: p.steps.clone(),
                             interval: p.interval,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
-pub use compile::{CompileError, MIRROR_MAX_CONCURRENT, PolicyStores, caller_policy};
+pub use compile::{CompileError, PolicyStores, caller_policy};
 pub use kserve::{ModelRef, RestModelPath, parse_rest_model_path};
 
 use crate::caller::CallerPolicy;
