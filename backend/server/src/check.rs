@@ -20,7 +20,7 @@ pub struct CheckReport {
     pub versions: usize,
     /// Problems that stop a model from loading (`<path>: message`).
     pub problems: Vec<String>,
-    /// Things worth knowing that do not stop it.
+    /// Things worth knowing that do not stop it (`<path>[:line:col]: warning: message`).
     pub warnings: Vec<String>,
 }
 
@@ -49,7 +49,10 @@ pub fn check_repositories(roots: &[PathBuf], strict_model_config: bool, run: boo
         check_model(name, dir, strict_model_config, run, &mut r);
     }
     if r.models == 0 && r.problems.is_empty() {
-        r.warnings.push("no model folders found".to_string());
+        for root in roots {
+            r.warnings
+                .push(format!("{}: warning: no model folders found", root.display()));
+        }
     }
     r
 }
@@ -117,7 +120,7 @@ fn check_model(name: &str, dir: &Path, strict: bool, run: bool, r: &mut CheckRep
         match model_config::autocomplete(config, name, first.signature()) {
             Ok(c) => {
                 r.warnings.push(format!(
-                    "{}: no config file; derived from the ONNX model (max_batch_size {})",
+                    "{}: warning: no config file; derived from the ONNX model (max_batch_size {})",
                     dir.display(),
                     c.max_batch_size
                 ));

@@ -41,7 +41,8 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => {
             let r = check_repositories(&args.repositories, args.strict_model_config, args.run);
             for w in &r.warnings {
-                eprintln!("warning: {w}");
+                // Each warning names its file and says "warning:" itself.
+                eprintln!("{w}");
             }
             for p in &r.problems {
                 eprintln!("error: {p}");
