@@ -1,0 +1,303 @@
+"""The deployment files in deploy/ checked against the real processes.
+
+There is no cluster here, so each manifest is checked for what would break it in one: the Kubernetes objects
+reference each other consistently; the processes start with exactly the arguments, environment and files the
+manifests give them (paths and ports moved into a temporary folder and free ports), and every probe answers 200;
+the KServe runtime's tritonserver-style arguments serve; and every metric an alert rule, the HPA's adapter rule or
+the Grafana dashboard reads is one the processes export. Run through `make test`."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "gateway", "tests", "python"))
+from test_gateway_e2e import MODELS, binary, free_ports, wait_ready  # noqa: E402
+
+DEPLOY = os.path.join(ROOT, "deploy")
+K8S = os.path.join(DEPLOY, "k8s")
+
+
+def load_all(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def k8s_objects():
+    kust = load_all(os.path.join(K8S, "kustomization.yaml"))[0]
+    objects = []
+    for res in kust["resources"]:
+        objects += load_all(os.path.join(K8S, res))
+    return kust, objects
+
+
+def one(objects, kind):
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def http_get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_kustomization_objects_reference_each_other():
+    kust, objects = k8s_objects()
+    for gen in kust["configMapGenerator"]:
+        for f in gen["files"]:
+            assert os.path.isfile(os.path.join(K8S, f)), f"configMapGenerator file {f} is missing"
+    deploy = one(objects, "Deployment")
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert deploy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    for svc in (o for o in objects if o["kind"] == "Service"):
+        assert svc["spec"]["selector"].items() <= pod_labels.items(), f"Service {svc['metadata']['name']} selects no pod"
+    assert one(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    hpa = one(objects, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deploy["metadata"]["name"]
+
+    pod = deploy["spec"]["template"]["spec"]
+    port_names = {p["name"] for c in pod["containers"] for p in c.get("ports", [])}
+    for svc in (o for o in objects if o["kind"] == "Service"):
+        for p in svc["spec"]["ports"]:
+            assert p["targetPort"] in port_names, f"Service port {p['name']} targets unknown port {p['targetPort']}"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for c in pod["containers"]:
+        for m in c.get("volumeMounts", []):
+            assert m["name"] in volumes, f"{c['name']} mounts unknown volume {m['name']}"
+            # subPath mounts of a ConfigMap are never updated: live reload needs the folder.
+            assert "subPath" not in m, f"{c['name']} mounts {m['name']} with subPath"
+    generated = {g["name"] for g in kust["configMapGenerator"]}
+    for v in volumes.values():
+        if "configMap" in v:
+            assert v["configMap"]["name"] in generated
+    # Without this, every edit of the rules would be a new ConfigMap and a rollout instead of a live reload.
+    assert kust["generatorOptions"]["disableNameSuffixHash"] is True
+    assert pod["terminationGracePeriodSeconds"] > 30, "the kubelet must wait longer than the drain timeouts"
+
+
+def test_the_shipped_rules_pass_check():
+    r = subprocess.run([binary("infergate-gateway"), "check", os.path.join(K8S, "routes.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+class Relocated:
+    """Rewrites a container's arguments for this machine: manifest ports to free ports, manifest paths to
+    temporary ones, all-interfaces addresses to loopback."""
+
+    def __init__(self, ports, paths):
+        self.ports = ports  # manifest port -> local port
+        self.paths = paths  # manifest path -> local path
+
+    def arg(self, a):
+        for src, dst in self.paths.items():
+            a = a.replace(src, dst)
+        a = a.replace("0.0.0.0:", "127.0.0.1:")
+        m = re.fullmatch(r"(--[a-z-]+(?:port)=)(\d+)", a) or re.fullmatch(r"(.*:)(\d+)", a)
+        if m and int(m.group(2)) in self.ports:
+            a = m.group(1) + str(self.ports[int(m.group(2))])
+        return a
+
+    def command(self, container):
+        return [binary(container["command"][0])] + [self.arg(a) for a in container.get("args", [])]
+
+    def env(self, container):
+        env = dict(os.environ)
+        for e in container.get("env", []):
+            env[e["name"]] = self.arg(e["value"])
+        return env
+
+
+def start(argv, env, log):
+    return subprocess.Popen(argv, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def probes(container):
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        if kind in container:
+            yield kind, container[kind]["httpGet"]
+
+
+def port_number(container, port):
+    if isinstance(port, int):
+        return port
+    return next(p["containerPort"] for p in container["ports"] if p["name"] == port)
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory):
+    """The Deployment's two containers, started as the manifest says."""
+    tmp = tmp_path_factory.mktemp("k8s-pod")
+    _, objects = k8s_objects()
+    containers = {c["name"]: c for c in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]}
+    manifest_ports = sorted({p["containerPort"] for c in containers.values() for p in c["ports"]})
+    ports = dict(zip(manifest_ports, free_ports(len(manifest_ports))))
+    # The ConfigMap's folder, with the rules' upstream ports moved like the backend's.
+    config_dir = tmp / "etc-infergate"
+    config_dir.mkdir()
+    rules = open(os.path.join(K8S, "routes.yaml")).read()
+    for src, dst in ports.items():
+        rules = rules.replace(f"127.0.0.1:{src}\"", f"127.0.0.1:{dst}\"")
+    (config_dir / "routes.yaml").write_text(rules)
+    (tmp / "cache").mkdir()
+    place = Relocated(ports, {"/etc/infergate": str(config_dir), "/models": MODELS, "/cache": str(tmp / "cache")})
+    backend, gateway = containers["backend"], containers["gateway"]
+    blog, glog = tmp / "backend.log", tmp / "gateway.log"
+    procs = [start(place.command(backend), place.env(backend), blog)]
+    try:
+        wait_ready(f"http://127.0.0.1:{ports[port_number(backend, 'backend-http')]}/v2/health/ready", procs[0], blog)
+        procs.append(start(place.command(gateway), place.env(gateway), glog))
+        wait_ready(f"http://127.0.0.1:{ports[port_number(gateway, 'admin')]}/ready", procs[1], glog, timeout=20)
+        yield {"containers": containers, "ports": ports, "rules": config_dir / "routes.yaml",
+               "data": f"127.0.0.1:{ports[port_number(gateway, 'http')]}",
+               "admin": f"127.0.0.1:{ports[port_number(gateway, 'admin')]}",
+               "metrics": f"127.0.0.1:{ports[port_number(backend, 'metrics')]}"}
+    finally:
+        stop(reversed(procs))
+
+
+def test_every_probe_of_the_deployment_answers_200(pod):
+    for name, c in pod["containers"].items():
+        for kind, get in probes(c):
+            port = pod["ports"][port_number(c, get["port"])]
+            status, body = http_get(f"http://127.0.0.1:{port}{get['path']}")
+            assert status == 200, f"{name} {kind} {get['path']}: {status} {body[:200]!r}"
+
+
+def infer(data_addr, caller):
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+    req = urllib.request.Request(f"http://{data_addr}/v2/models/simple/infer", data=body.encode(),
+                                 headers={"x-caller-id": caller})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def metric_names(text):
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def names_in_source(folder, prefix):
+    names = set()
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            if f.endswith(".rs"):
+                names |= set(re.findall(rf'"({prefix}[a-z0-9_]+)', open(os.path.join(dirpath, f)).read()))
+    return names
+
+
+def referenced_metrics(expr):
+    names = set()
+    for n in re.findall(r"\b((?:nv|infergate)_[a-z0-9_]+)\b", expr):
+        names.add(re.sub(r"_(bucket|sum|count)$", "", n) if n.endswith(("_bucket", "_sum", "_count")) else n)
+    return names
+
+
+def test_alerts_adapter_rule_and_dashboard_read_metrics_the_processes_export(pod):
+    # Traffic, a quota rejection (the rules allow 200/s with a burst of 400 per caller) and a reload, so the gateway's
+    # counters for them exist.
+    assert infer(pod["data"], "alice") == 200
+    statuses = []
+    while 429 not in statuses and len(statuses) < 5000:
+        statuses.append(infer(pod["data"], "noisy"))
+    assert 429 in statuses and statuses.count(200) >= 400, "the shipped default quota did not throttle a noisy caller"
+    pod["rules"].write_text(pod["rules"].read_text() + "\n# edited\n")
+    exported = set()
+    for _ in range(50):
+        exported = metric_names(http_get(f"http://{pod['admin']}/metrics")[1].decode())
+        if "infergate_gateway_config_reloads_total" in exported:
+            break
+        time.sleep(0.2)
+    exported |= metric_names(http_get(f"http://{pod['metrics']}/metrics")[1].decode())
+    exported = {re.sub(r"_(bucket|sum|count)$", "", n) for n in exported}
+    # Counters for events this test cannot cause cheaply (a spent retry budget, a canary rollback) are checked
+    # against the names the code emits.
+    known = exported | names_in_source(os.path.join(ROOT, "gateway", "src"), "infergate_gateway_") \
+        | names_in_source(os.path.join(ROOT, "backend", "server", "src"), "infergate_")
+
+    used = {}
+    for group in load_all(os.path.join(DEPLOY, "prometheus", "alerts.yaml"))[0]["groups"]:
+        for rule in group["rules"]:
+            used[f"alert {rule['alert']}"] = referenced_metrics(rule["expr"])
+    for rule in load_all(os.path.join(DEPLOY, "prometheus", "adapter-rules.yaml"))[0]["rules"]:
+        used["adapter rule"] = referenced_metrics(rule["seriesQuery"])
+    dashboard = json.load(open(os.path.join(DEPLOY, "grafana", "infergate.json")))
+    for panel in dashboard["panels"]:
+        used[f"panel {panel['title']}"] = set().union(*(referenced_metrics(t["expr"]) for t in panel["targets"]))
+    for where, names in used.items():
+        assert names, f"{where} reads no infergate metric"
+        missing = names - known
+        assert not missing, f"{where} reads {sorted(missing)}, which no infergate process exports"
+    # The HPA's custom metric is the adapter rule's output name.
+    hpa = one(k8s_objects()[1], "HorizontalPodAutoscaler")
+    pods_metrics = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+    adapter = load_all(os.path.join(DEPLOY, "prometheus", "adapter-rules.yaml"))[0]["rules"]
+    assert set(pods_metrics) <= {r["name"]["as"] for r in adapter}
+
+
+def test_the_kserve_runtime_arguments_serve_a_model_repository(tmp_path):
+    runtime = load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]
+    assert runtime["kind"] == "ClusterServingRuntime"
+    formats = {f["name"] for f in runtime["spec"]["supportedModelFormats"]}
+    assert "onnx" in formats
+    container = runtime["spec"]["containers"][0]
+    assert container["name"] == "kserve-container", "KServe fills in the container named kserve-container"
+    manifest_ports = [8080, 9000, int(runtime["spec"]["annotations"]["prometheus.kserve.io/port"])]
+    ports = dict(zip(manifest_ports, free_ports(3)))
+    place = Relocated(ports, {"/mnt/models": MODELS, "/tmp/cache": str(tmp_path)})
+    log = tmp_path / "backend.log"
+    proc = start(place.command(container), place.env(container), log)
+    try:
+        wait_ready(f"http://127.0.0.1:{ports[8080]}/v2/health/ready", proc, log)
+        status, body = http_get(f"http://127.0.0.1:{ports[8080]}/v2/models/simple")
+        assert status == 200 and json.loads(body)["name"] == "simple"
+        status, body = http_get(f"http://127.0.0.1:{ports[manifest_ports[2]]}/metrics")
+        assert status == 200 and b"nv_inference_request_success" in body
+        import tritonclient.grpc as grpcclient
+        assert grpcclient.InferenceServerClient(url=f"127.0.0.1:{ports[9000]}").is_server_ready()
+    finally:
+        stop([proc])
+
+
+def test_inference_service_uses_the_runtime_and_a_supported_format():
+    isvc = load_all(os.path.join(DEPLOY, "kserve", "inferenceservice.yaml"))[0]
+    runtime = load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    assert model["modelFormat"]["name"] in {f["name"] for f in runtime["spec"]["supportedModelFormats"]}
+    assert model["protocolVersion"] in runtime["spec"]["protocolVersions"]
+
+
+def test_the_dockerfile_builds_the_binaries_the_manifests_run():
+    dockerfile = open(os.path.join(DEPLOY, "docker", "Dockerfile")).read()
+    _, objects = k8s_objects()
+    commands = {c["command"][0] for c in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]}
+    commands.add(load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]["spec"]["containers"][0]
+                 ["command"][0])
+    for cmd in commands:
+        assert f"-p {cmd}" in dockerfile and f"/release/{cmd}" in dockerfile, f"the image does not build {cmd}"
