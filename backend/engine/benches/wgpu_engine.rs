@@ -127,17 +127,19 @@ fn tensors(shapes: &[(String, String, Vec<usize>, u64)]) -> Vec<(String, Tensor)
         .collect()
 }
 
-fn measure(session: &Session, inputs: &[(String, Tensor)], seconds: f64) -> Duration {
+/// Mean latency over at least `seconds`, or the engine's refusal (e.g. a tensor over the adapter's binding
+/// limit at a large batch), which the table reports instead of a figure.
+fn measure(session: &Session, inputs: &[(String, Tensor)], seconds: f64) -> Result<Duration, String> {
     for _ in 0..2 {
-        session.run_blocking(inputs.to_vec()).unwrap();
+        session.run_blocking(inputs.to_vec()).map_err(|e| e.to_string())?;
     }
     let start = Instant::now();
     let mut n = 0u32;
     loop {
-        session.run_blocking(inputs.to_vec()).unwrap();
+        session.run_blocking(inputs.to_vec()).map_err(|e| e.to_string())?;
         n += 1;
         if start.elapsed().as_secs_f64() >= seconds && n >= 3 {
-            return start.elapsed() / n;
+            return Ok(start.elapsed() / n);
         }
     }
 }
@@ -305,9 +307,12 @@ fn main() {
                 s
             }
         };
-        let lat = measure(&session, &tensors(&job.inputs), seconds).as_secs_f64();
+        let lat = measure(&session, &tensors(&job.inputs), seconds).map(|d| d.as_secs_f64());
+        match &lat {
+            Ok(l) => eprintln!("wgpu {} {:.3} ms", job.label, l * 1e3),
+            Err(e) => eprintln!("wgpu {} refused: {e}", job.label),
+        }
         ours.push(lat);
-        eprintln!("wgpu {} {:.3} ms", job.label, lat * 1e3);
     }
     let peer = ort_latencies(&jobs, seconds, &dir);
     println!(
@@ -333,13 +338,19 @@ fn main() {
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        println!(
-            "| {} | {} | {:.3} | {:.1} | {} | {pl} | {pt} | {pg} |",
-            job.label.split(' ').next().unwrap_or(""),
-            job.batch,
-            lat * 1e3,
-            job.batch as f64 / lat,
-            gf(*lat),
-        );
+        let name = job.label.split(' ').next().unwrap_or("");
+        match lat {
+            Ok(lat) => println!(
+                "| {name} | {} | {:.3} | {:.1} | {} | {pl} | {pt} | {pg} |",
+                job.batch,
+                lat * 1e3,
+                job.batch as f64 / lat,
+                gf(*lat),
+            ),
+            Err(e) => println!(
+                "| {name} | {} | refused: {e} | - | - | {pl} | {pt} | {pg} |",
+                job.batch
+            ),
+        }
     }
 }
