@@ -75,6 +75,7 @@ pub struct Upstream {
     resolved: watch::Sender<u64>,
     concurrency: Arc<Semaphore>,
     pending: AtomicUsize,
+    tries: m::TryCounters,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -103,6 +104,7 @@ impl Upstream {
             pending: AtomicUsize::new(0),
             endpoints: ArcSwap::from_pointee(static_eps),
             resolved,
+            tries: m::TryCounters::new(Arc::from(settings.name.as_str())),
             settings,
         });
         if needs_dns {
@@ -119,6 +121,11 @@ impl Upstream {
     /// The upstream's name.
     pub fn name(&self) -> &str {
         &self.settings.name
+    }
+
+    /// The `upstream_tries_total` handles of this upstream.
+    pub fn tries(&self) -> &m::TryCounters {
+        &self.tries
     }
 
     /// A view of every endpoint: address, outstanding requests, ejection state, open connections.
