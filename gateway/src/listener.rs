@@ -86,9 +86,22 @@ pub struct ConnInfo {
     pub tls: bool,
     /// The verified client-certificate identity (mTLS), if any.
     pub identity: Option<PeerIdentity>,
+    /// The peer's address as an `x-forwarded-for` value, formatted once per connection.
+    pub forwarded_for: Option<http::HeaderValue>,
 }
 
 impl ConnInfo {
+    /// What is known about a connection from `peer` to `local`.
+    pub fn new(peer: SocketAddr, local: SocketAddr, tls: bool, identity: Option<PeerIdentity>) -> Self {
+        ConnInfo {
+            peer,
+            local,
+            tls,
+            identity,
+            forwarded_for: crate::headers::forwarded_for_value(peer.ip()),
+        }
+    }
+
     /// The caller facts that caller identification reads.
     pub fn facts(&self) -> crate::caller::ConnectionFacts<'_> {
         crate::caller::ConnectionFacts {
@@ -270,12 +283,7 @@ impl ConnSetup {
         match &self.acceptor {
             None => {
                 metrics::counter!(m::CONNECTIONS, "listener" => "data", "protocol" => "tcp").increment(1);
-                let info = ConnInfo {
-                    peer: self.peer,
-                    local: self.local,
-                    tls: false,
-                    identity: None,
-                };
+                let info = ConnInfo::new(self.peer, self.local, false, None);
                 self.serve_io(stream, info, handler).await;
             }
             Some(acceptor) => {
@@ -300,12 +308,7 @@ impl ConnSetup {
                     .peer_certificates()
                     .and_then(|certs| certs.first())
                     .and_then(|c| PeerIdentity::from_der(c));
-                let info = ConnInfo {
-                    peer: self.peer,
-                    local: self.local,
-                    tls: true,
-                    identity,
-                };
+                let info = ConnInfo::new(self.peer, self.local, true, identity);
                 self.serve_io(tls, info, handler).await;
             }
         }

@@ -122,7 +122,9 @@ async fn run(
 
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
-    headers::append_forwarded_for(&mut parts.headers, conn.peer.ip());
+    if let Some(peer) = &conn.forwarded_for {
+        headers::append_forwarded_for(&mut parts.headers, peer);
+    }
     let body: Body = Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)).boxed_unsync();
 
     // gRPC routes that match on the model need the model name from the body before matching.
