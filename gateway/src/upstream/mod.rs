@@ -215,10 +215,8 @@ impl Upstream {
         let mut eps = self.endpoints.load_full();
         if eps.is_empty() && self.settings.endpoints.iter().any(|s| s.ip_addr().is_none()) {
             // The first resolution may still be under way: wait for it, no longer than a connect.
-            let mut rx = self.resolved.subscribe();
-            if *rx.borrow_and_update() == 0 {
-                let _ = tokio::time::timeout(self.settings.connect.connect_timeout, rx.changed()).await;
-            }
+            // (Boxed: a rare wait that would otherwise grow every request's future.)
+            Box::pin(self.first_resolution()).await;
             eps = self.endpoints.load_full();
         }
         if eps.is_empty() {
@@ -232,29 +230,14 @@ impl Upstream {
                 ),
             ));
         }
-        let now = tokio::time::Instant::now();
-        let healthy: Vec<&Arc<Endpoint>> = eps.iter().filter(|e| !e.is_ejected(now)).collect();
-        let pool: Vec<&Arc<Endpoint>> = if healthy.is_empty() {
-            eps.iter().collect()
-        } else {
-            healthy
-        };
-        let chosen = match pool.len() {
-            1 => pool[0],
-            n => {
-                let a = rand::random_range(0..n);
-                let mut b = rand::random_range(0..n - 1);
-                if b >= a {
-                    b += 1;
-                }
-                if pool[b].outstanding() < pool[a].outstanding() {
-                    pool[b]
-                } else {
-                    pool[a]
-                }
-            }
-        };
-        Ok(Arc::clone(chosen))
+        Ok(Arc::clone(choose(&eps, tokio::time::Instant::now())))
+    }
+
+    async fn first_resolution(&self) {
+        let mut rx = self.resolved.subscribe();
+        if *rx.borrow_and_update() == 0 {
+            let _ = tokio::time::timeout(self.settings.connect.connect_timeout, rx.changed()).await;
+        }
     }
 
     fn record_failure(&self, endpoint: &Endpoint) {
@@ -290,4 +273,35 @@ impl Upstream {
         self.endpoints.store(Arc::new(next));
         self.resolved.send_modify(|n| *n += 1);
     }
+}
+
+/// Power of two choices over the endpoints of `eps` (not empty) not ejected at `now`, or over all of them
+/// when every one is ejected. Allocates nothing: the two draws are ranks among the candidates.
+fn choose(eps: &[Arc<Endpoint>], now: tokio::time::Instant) -> &Arc<Endpoint> {
+    if eps.len() == 1 {
+        // Ejected or not, a lone endpoint is the one used.
+        return &eps[0];
+    }
+    let healthy = eps.iter().filter(|e| !e.is_ejected(now)).count();
+    let nth = |rank: usize| -> &Arc<Endpoint> {
+        if healthy == 0 {
+            &eps[rank]
+        } else {
+            eps.iter()
+                .filter(|e| !e.is_ejected(now))
+                .nth(rank)
+                .unwrap_or(&eps[0])
+        }
+    };
+    let n = if healthy == 0 { eps.len() } else { healthy };
+    if n == 1 {
+        return nth(0);
+    }
+    let a = rand::random_range(0..n);
+    let mut b = rand::random_range(0..n - 1);
+    if b >= a {
+        b += 1;
+    }
+    let (a, b) = (nth(a), nth(b));
+    if b.outstanding() < a.outstanding() { b } else { a }
 }

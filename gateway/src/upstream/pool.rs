@@ -201,6 +201,17 @@ impl H2Slot {
         {
             return Ok(http2::SendRequest::clone(c));
         }
+        // Boxed: connecting (TCP, TLS, HTTP/2 handshake, timeouts) is a large future, and keeping it
+        // inline would make every request's future that large, to be moved around on every request.
+        Box::pin(self.connect(upstream, addr, settings)).await
+    }
+
+    async fn connect(
+        &self,
+        upstream: &str,
+        addr: SocketAddr,
+        settings: &ConnectSettings,
+    ) -> Result<http2::SendRequest<Body>, UpstreamError> {
         let _guard = self.connecting.lock().await;
         if let Some(c) = self.conn.load().as_ref()
             && !c.is_closed()
@@ -231,7 +242,8 @@ impl H1Pool {
         for _ in 0..2 {
             let (mut sender, pooled) = match self.take_idle() {
                 Some(s) => (s, true),
-                None => (connect_h1(upstream, addr, settings).await?, false),
+                // Boxed for the reason given in `H2Slot::get`.
+                None => (Box::pin(connect_h1(upstream, addr, settings)).await?, false),
             };
             match sender.try_send_request(req).await {
                 Ok(resp) => {
