@@ -8,6 +8,7 @@
 mod body;
 mod endpoint;
 mod error;
+mod h2;
 mod outlier;
 mod pool;
 mod resolve;
@@ -21,7 +22,7 @@ use arc_swap::ArcSwap;
 use http::{Request, Response};
 use tokio::sync::{Semaphore, watch};
 
-pub use body::UpstreamBody;
+pub use body::{UpstreamBody, UpstreamBodyError};
 pub use endpoint::{EndpointSnapshot, EndpointSpec};
 pub use error::{FailureKind, UpstreamError};
 pub use outlier::OutlierSettings;
