@@ -350,7 +350,16 @@ impl tower::Service<Request<ReqBody>> for UpstreamService {
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let upstream = Arc::clone(&self.0);
         Box::pin(async move {
-            let r = upstream.send(req.map(|b| b.boxed_unsync())).await;
+            // An empty body goes as a zero-sized one, which boxes without allocating.
+            let r = upstream
+                .send(req.map(|b| {
+                    if http_body::Body::is_end_stream(&b) {
+                        crate::proxy::empty()
+                    } else {
+                        b.boxed_unsync()
+                    }
+                }))
+                .await;
             match &r {
                 Ok(resp) => upstream.tries().response(resp.status().as_u16()),
                 Err(e) => upstream.tries().failure(e.kind().as_str()),

@@ -148,19 +148,22 @@ impl Upstream {
             endpoint.addr(),
             self.settings.connect.tls.as_ref(),
         );
-        let (req, body_failure) = {
+        // An empty body cannot fail: it needs no watching (and no allocations for it).
+        let (req, body_failure) = if http_body::Body::is_end_stream(req.body()) {
+            (req, None)
+        } else {
             let (parts, body) = req.into_parts();
             let (watched, failure) = body::WatchedBody::new(body);
             (
                 http::Request::from_parts(parts, crate::proxy::boxed(watched)),
-                failure,
+                Some(failure),
             )
         };
         let result = endpoint
             .pool()
             .send(name, endpoint.addr(), &self.settings.connect, req)
             .await
-            .map_err(|e| match body_failure.get() {
+            .map_err(|e| match body_failure.as_ref().and_then(|f| f.get()) {
                 Some(kind) => e.reclassify(*kind),
                 None => e,
             });
