@@ -175,6 +175,17 @@ for t in "${TARGETS[@]}"; do
     idle=$(awk -v k="${IDLE[$t]}" 'BEGIN {printf "%.1f", k/1024}'); peak=$(awk -v k="${HWM[$t]}" 'BEGIN {printf "%.1f", k/1024}'); fi
   echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | $idle | $peak |"
 done
+# Background load moves between rounds far more than the targets differ, so also compare within each round:
+# the gateway's req/s over the better peer's at the same worker count, run next to each other.
+for w in $WORKERS; do
+  read -r -a g <<<"${RUNS[gw$w]}"; read -r -a n <<<"${RUNS[nginx$w]}"; read -r -a h <<<"${RUNS[haproxy$w]}"
+  ratios=""
+  for i in "${!g[@]}"; do
+    ratios+="$(awk -v a="${g[$i]}" -v b="${n[$i]}" -v c="${h[$i]}" 'BEGIN {m = b > c ? b : c; if (m > 0) printf "%.2f", a / m; else printf "-"}') "
+  done
+  echo
+  echo "infergate-gateway, $w thread(s), req/s over the better peer's in the same round: median $(median "$ratios") (${ratios% })"
+done
 echo
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$(nginx -v 2>&1 | sed 's/.*: //'); $(haproxy -v | head -1 | awk '{print "HAProxy " $3}'); $(h2load --version | head -1); window $DURATION"
