@@ -3,8 +3,17 @@
 # HTTP/2 to the upstream with `proto h2`), all in front of the same upstream (infergate-bench-upstream), all
 # driven by the same load generator (h2load --h1), side by side in one run.
 #   bench-gateway.sh RELEASE_BIN_DIR
-# Prints a markdown table for docs/benchmarks.md (## gateway). Uses ports 30000-30099 and a temp dir; every
-# process it starts is stopped on exit.
+# Every proxy runs once per entry of BENCH_WORKERS (default "1 2"): the gateway with that many runtime worker
+# threads (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
+# so each row compares like with like. Prints a markdown table for docs/benchmarks.md (## gateway). Uses ports
+# 30000-30099 and a temp dir; every process it starts is stopped on exit.
+#
+# Columns: max req/s (best-effort load, BENCH_CLIENTS keep-alive connections, median of BENCH_REPEAT runs taken
+# in turn across the targets so background load hits them alike) and the proxy's CPU time per request meanwhile
+# (user + system, all its processes, from /proc); p99 latency at a fixed rate of half the best
+# peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
+# (user + system, all its processes, from /proc); p50 latency at 200 req/s over one connection and what the
+# proxy adds to it over going direct; RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
 set -euo pipefail
 bin="${1:?usage: bench-gateway.sh RELEASE_BIN_DIR}"
 for tool in h2load nginx haproxy; do
@@ -17,22 +26,33 @@ done
 DURATION="${BENCH_DURATION:-10s}"
 CLIENTS="${BENCH_CLIENTS:-64}"
 THREADS="${BENCH_THREADS:-1}"
-UP=30001 GW=30010 GW_ADMIN=30011 NGINX=30020 HAPROXY=30030
+REPEAT="${BENCH_REPEAT:-3}"
+WORKERS="${BENCH_WORKERS:-1 2}"
+UP=30001
+TCK=$(getconf CLK_TCK)
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 tmp="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 
 wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 did not open" >&2; exit 1; }
-rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
-hwm_kb() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
+# A process and its children (nginx's workers).
+tree() { echo "$1"; pgrep -P "$1" || true; }
+sum_status() { local k=0; for p in $(tree "$1"); do k=$((k + $(awk -v f="$2:" '$1 == f {print $2}' "/proc/$p/status"))); done; echo "$k"; }
+cpu_ticks() { local t=0; for p in $(tree "$1"); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 
 "$bin/infergate-bench-upstream" "127.0.0.1:$UP" & pids+=($!); wait_port $UP
 
-cat > "$tmp/routes.yaml" <<YAML
+declare -A PORT=([direct]=$UP) PID LABEL=([direct]="direct to upstream")
+TARGETS=(direct)
+for w in $WORKERS; do
+  gw=$((30010 + 2 * w)) ngx=$((30040 + w)) hap=$((30070 + w))
+  cat > "$tmp/routes-$w.yaml" <<YAML
 listeners:
-  data: { address: "127.0.0.1:$GW" }
-  admin: { address: "127.0.0.1:$GW_ADMIN" }
+  data: { address: "127.0.0.1:$gw" }
+  admin: { address: "127.0.0.1:$((gw + 1))" }
+  worker_threads: $w
 upstreams:
   - name: up
     endpoints: ["127.0.0.1:$UP"]
@@ -41,83 +61,131 @@ routes:
   - name: all
     destinations: [{ upstream: up }]
 YAML
-INFERGATE_LOG=warn "$bin/infergate-gateway" --config "$tmp/routes.yaml" & gw_pid=$!; pids+=($gw_pid); wait_port $GW
+  INFERGATE_LOG=warn "$bin/infergate-gateway" --config "$tmp/routes-$w.yaml" & PID[gw$w]=$!; pids+=($!)
 
-mkdir -p "$tmp/nginx"
-cat > "$tmp/nginx.conf" <<NGINX
-worker_processes 1;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
+  mkdir -p "$tmp/nginx-$w"
+  cat > "$tmp/nginx-$w.conf" <<NGINX
+worker_processes $w;
+pid $tmp/nginx-$w/nginx.pid;
+error_log $tmp/nginx-$w/error.log warn;
 daemon off;
 events { worker_connections 4096; }
 http {
   access_log off;
-  client_body_temp_path $tmp/nginx; proxy_temp_path $tmp/nginx; fastcgi_temp_path $tmp/nginx;
-  uwsgi_temp_path $tmp/nginx; scgi_temp_path $tmp/nginx;
+  client_body_temp_path $tmp/nginx-$w; proxy_temp_path $tmp/nginx-$w; fastcgi_temp_path $tmp/nginx-$w;
+  uwsgi_temp_path $tmp/nginx-$w; scgi_temp_path $tmp/nginx-$w;
   upstream up { server 127.0.0.1:$UP; keepalive 128; }
   server {
-    listen 127.0.0.1:$NGINX;
+    listen 127.0.0.1:$ngx;
     keepalive_requests 1000000;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
   }
 }
 NGINX
-nginx -c "$tmp/nginx.conf" -p "$tmp/nginx" & nginx_pid=$!; pids+=($nginx_pid); wait_port $NGINX
+  nginx -c "$tmp/nginx-$w.conf" -p "$tmp/nginx-$w" & PID[nginx$w]=$!; pids+=($!)
 
-cat > "$tmp/haproxy.cfg" <<HAP
+  # HTTP/2 has no reason phrase, and HAProxy writes "HTTP/1.1 200 " without one; h2load 1.52 then cannot read
+  # the status and counts every response as failed. The rule puts "OK" back (one status check per response).
+  cat > "$tmp/haproxy-$w.cfg" <<HAP
 global
-  nbthread 1
+  nbthread $w
 defaults
   mode http
   timeout connect 5s
   timeout client 60s
   timeout server 60s
 frontend fe
-  bind 127.0.0.1:$HAPROXY
+  bind 127.0.0.1:$hap
   default_backend be
 backend be
+  http-response set-status 200 reason OK if { status 200 }
   server s1 127.0.0.1:$UP proto h2
 HAP
-haproxy -f "$tmp/haproxy.cfg" -db & hap_pid=$!; pids+=($hap_pid); wait_port $HAPROXY
+  haproxy -f "$tmp/haproxy-$w.cfg" -db & PID[haproxy$w]=$!; pids+=($!)
 
-declare -A PORT=([direct]=$UP [infergate]=$GW [nginx]=$NGINX [haproxy]=$HAPROXY)
-declare -A PID=([infergate]=$gw_pid [nginx]=$nginx_pid [haproxy]=$hap_pid)
-declare -A IDLE
-for t in infergate nginx haproxy; do IDLE[$t]=$(rss_kb "${PID[$t]}"); done
-
-# Throughput: as fast as the target goes with $CLIENTS keep-alive connections.
-max_rps() {
-  h2load --h1 -c "$CLIENTS" -t "$THREADS" -D "$DURATION" --warm-up-time=1s "http://127.0.0.1:$1/v2/models/simple/infer" 2>/dev/null \
-    | awk '/^finished in/ {gsub(",", "", $4); print int($4)}'
-}
-# Latency percentile (µs) at a fixed total rate: h2load's per-request log, column 3 is the duration in µs.
-pct_at_rate() { # port rate clients percentile
-  local per=$(( $2 / $3 )); [ "$per" -ge 1 ] || per=1
-  h2load --h1 -c "$3" -t 1 --rps "$per" -D "$DURATION" --log-file "$tmp/lat.log" "http://127.0.0.1:$1/v2/models/simple/infer" >/dev/null 2>&1
-  sort -n -k3 "$tmp/lat.log" | awk -v p="$4" '{a[NR]=$3} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}'
-}
-
-declare -A RPS P99 P50
-for t in direct infergate nginx haproxy; do
-  RPS[$t]=$(max_rps "${PORT[$t]}")
+  PORT[gw$w]=$gw PORT[nginx$w]=$ngx PORT[haproxy$w]=$hap
+  LABEL[gw$w]="infergate-gateway, $w thread(s)" LABEL[nginx$w]="nginx, $w worker(s)" LABEL[haproxy$w]="HAProxy (h2 upstream), $w thread(s)"
+  TARGETS+=(gw$w nginx$w haproxy$w)
 done
-best_peer=$(( RPS[nginx] > RPS[haproxy] ? RPS[nginx] : RPS[haproxy] ))
-half=$(( best_peer / 2 ))
-for t in direct infergate nginx haproxy; do
-  P99[$t]=$(pct_at_rate "${PORT[$t]}" "$half" 16 99)
-  P50[$t]=$(pct_at_rate "${PORT[$t]}" 200 1 50)
+for t in "${TARGETS[@]}"; do wait_port "${PORT[$t]}"; done
+sleep 1
+declare -A IDLE
+for t in "${TARGETS[@]}"; do [ "$t" = direct ] || IDLE[$t]=$(sum_status "${PID[$t]}" VmRSS); done
+
+# Runs h2load and prints "succeeded_requests seconds"; warns when some requests did not succeed.
+load() { # label h2load-args...
+  local label=$1; shift
+  local out; out=$(h2load --h1 "$@" 2>/dev/null)
+  local ok failed secs
+  ok=$(awk '/^requests:/ {print $8}' <<<"$out")
+  failed=$(awk '/^requests:/ {print $10 + $12 + $14}' <<<"$out")
+  secs=$(awk '/^finished in/ {v=$3; sub(",", "", v); if (v ~ /ms$/) {sub("ms", "", v); v /= 1000} else sub("s", "", v); print v}' <<<"$out")
+  [ "${failed:-0}" = 0 ] || echo "bench-gateway: $label: $failed requests did not succeed" >&2
+  echo "${ok:-0} ${secs:-1}"
+}
+
+# Throughput: as fast as each target goes with $CLIENTS keep-alive connections, the targets taken in turn; also
+# the target's CPU time per request while saturated (it includes the warm-up second, so it is approximate).
+declare -A RUNS SATCPU
+for _ in $(seq 1 "$REPEAT"); do
+  for t in "${TARGETS[@]}"; do
+    before=0; [ "$t" = direct ] || before=$(cpu_ticks "${PID[$t]}")
+    read -r ok secs < <(load "$t" -c "$CLIENTS" -t "$THREADS" -D "$DURATION" --warm-up-time=1s "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
+    RUNS[$t]+="$(awk -v n="$ok" -v s="$secs" 'BEGIN {printf "%d", n / s}') "
+    if [ "$t" != direct ] && [ "$ok" -gt 0 ]; then
+      SATCPU[$t]+="$(awk -v d=$(( $(cpu_ticks "${PID[$t]}") - before )) -v n="$ok" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}') "
+    fi
+  done
+done
+median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR + 1) / 2)]; else print "-"}'; }
+declare -A RPS SAT
+for t in "${TARGETS[@]}"; do RPS[$t]=$(median "${RUNS[$t]}"); SAT[$t]=$(median "${SATCPU[$t]:-}"); done
+
+# Latency percentile (µs) at a fixed total rate; h2load's per-request log has the duration in µs in column 3.
+# Prints "percentile cpu_µs_per_request" (the target's CPU time per request at that rate; "-" for direct).
+pct_at_rate() { # target rate clients percentile
+  local t=$1 per=$(( $2 / $3 )) cpu="-"; [ "$per" -ge 1 ] || per=1
+  local before=0; [ "$t" = direct ] || before=$(cpu_ticks "${PID[$t]}")
+  read -r ok _ < <(load "$t" -c "$3" -t 1 --rps "$per" -D "$DURATION" --log-file "$tmp/lat.log" "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
+  if [ "$t" != direct ] && [ "$ok" -gt 0 ]; then
+    cpu=$(awk -v d=$(( $(cpu_ticks "${PID[$t]}") - before )) -v n="$ok" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}')
+  fi
+  echo "$(sort -n -k3 "$tmp/lat.log" | awk -v p="$4" '{a[NR]=$3} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}') $cpu"
+}
+
+declare -A P99 P50 HALF CPU
+for w in $WORKERS; do
+  best=$(( RPS[nginx$w] > RPS[haproxy$w] ? RPS[nginx$w] : RPS[haproxy$w] ))
+  HALF[gw$w]=$(( best / 2 )) HALF[nginx$w]=$(( best / 2 )) HALF[haproxy$w]=$(( best / 2 ))
+done
+HALF[direct]=${HALF[gw${WORKERS%% *}]}
+for t in "${TARGETS[@]}"; do
+  read -r P99[$t] CPU[$t] < <(pct_at_rate "$t" "${HALF[$t]}" 16 99)
+  read -r P50[$t] _ < <(pct_at_rate "$t" 200 1 50)
 done
 declare -A HWM
-for t in infergate nginx haproxy; do HWM[$t]=$(hwm_kb "${PID[$t]}"); done
+for t in "${TARGETS[@]}"; do [ "$t" = direct ] || HWM[$t]=$(sum_status "${PID[$t]}" VmHWM); done
 
 echo
-echo "| target | max req/s ($CLIENTS conns) | p99 µs at $half req/s | p50 µs at 200 req/s, 1 conn | added p50 µs | RSS idle MB | RSS peak MB |"
-echo "|---|---|---|---|---|---|---|"
-for t in direct infergate nginx haproxy; do
+echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | p99 µs at ½ best peer (rate) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn | added p50 µs | RSS idle MB | RSS peak MB |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for t in "${TARGETS[@]}"; do
   added=$(( P50[$t] - P50[direct] ))
   if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; else
     idle=$(awk -v k="${IDLE[$t]}" 'BEGIN {printf "%.1f", k/1024}'); peak=$(awk -v k="${HWM[$t]}" 'BEGIN {printf "%.1f", k/1024}'); fi
-  echo "| $t | ${RPS[$t]} | ${P99[$t]} | ${P50[$t]} | $added | $idle | $peak |"
+  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | $idle | $peak |"
+done
+# Background load moves between rounds far more than the targets differ, so also compare within each round:
+# the gateway's req/s over the better peer's at the same worker count, run next to each other.
+for w in $WORKERS; do
+  read -r -a g <<<"${RUNS[gw$w]}"; read -r -a n <<<"${RUNS[nginx$w]}"; read -r -a h <<<"${RUNS[haproxy$w]}"
+  ratios=""
+  for i in "${!g[@]}"; do
+    ratios+="$(awk -v a="${g[$i]}" -v b="${n[$i]}" -v c="${h[$i]}" 'BEGIN {m = b > c ? b : c; if (m > 0) printf "%.2f", a / m; else printf "-"}') "
+  done
+  echo
+  echo "infergate-gateway, $w thread(s), req/s over the better peer's in the same round: median $(median "$ratios") (${ratios% })"
 done
 echo
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); $(nginx -v 2>&1 | sed 's/.*: //'); $(haproxy -v | head -1 | awk '{print "HAProxy " $3}'); $(h2load --version | head -1)"
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$(nginx -v 2>&1 | sed 's/.*: //'); $(haproxy -v | head -1 | awk '{print "HAProxy " $3}'); $(h2load --version | head -1); window $DURATION"

@@ -3,7 +3,10 @@
 
 use std::net::IpAddr;
 
-use http::header::{CONNECTION, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE};
+use http::header::{
+    CONNECTION, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
+    TRANSFER_ENCODING, UPGRADE,
+};
 
 /// The request id header: added when the caller sent none, passed upstream and echoed in the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -21,9 +24,30 @@ const HOP_BY_HOP: [&str; 7] = [
     "proxy-authorization",
 ];
 
+/// Whether `name` is one of the fixed hop-by-hop headers, `HTTP2-Settings` or `TE`.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // Standard names compare as enum values; the three others by their bytes.
+    *name == CONNECTION
+        || *name == TRANSFER_ENCODING
+        || *name == UPGRADE
+        || *name == TE
+        || *name == PROXY_AUTHENTICATE
+        || *name == PROXY_AUTHORIZATION
+        || matches!(
+            name.as_str(),
+            "keep-alive" | "proxy-connection" | "http2-settings"
+        )
+}
+
 /// Removes hop-by-hop headers: every header named in `Connection`, the fixed hop-by-hop set, `HTTP2-Settings`,
 /// and `TE` except its `trailers` token (which gRPC needs end to end on HTTP/2).
+///
+/// Most messages carry none of them: one pass over the names (no hashing, no allocation) finds that out,
+/// and only a message that has one pays for the removals.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let listed: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
@@ -79,29 +103,52 @@ pub fn upgrade_request(headers: &HeaderMap) -> UpgradeRequest {
 }
 
 /// Returns the request id, adding a fresh random one when the request has none (or an unreadable one).
+///
+/// The id is marked sensitive, which HTTP/2 encodes as a never-indexed literal: a value unique to one
+/// request would only evict useful entries from the HPACK table (and make every later lookup of the
+/// name walk the ids already there).
 pub fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
-    if let Some(v) = headers.get(&REQUEST_ID)
+    if let Some(v) = headers.get_mut(&REQUEST_ID)
         && !v.is_empty()
     {
+        v.set_sensitive(true);
         return v.clone();
     }
-    let id: u128 = rand::random();
-    let text = format!("{id:032x}");
-    // 32 lowercase hex characters are always a valid header value.
-    let value = HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("0"));
+    let mut value = request_id(rand::random());
+    value.set_sensitive(true);
     headers.insert(REQUEST_ID, value.clone());
     value
 }
 
-/// Appends the caller's address to `x-forwarded-for`.
-pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
-    let value = match headers.get(&FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {peer}"),
-        _ => peer.to_string(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(FORWARDED_FOR, v);
+/// `id` as 32 lowercase hex digits.
+fn request_id(id: u128) -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 32];
+    for (i, b) in text.iter_mut().enumerate() {
+        *b = HEX[((id >> (124 - 4 * i)) & 0xf) as usize];
     }
+    // Hex digits are always a valid header value.
+    HeaderValue::from_bytes(&text).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// The `x-forwarded-for` value of a connection's peer, built once per connection.
+pub fn forwarded_for_value(peer: IpAddr) -> Option<HeaderValue> {
+    HeaderValue::from_str(&peer.to_string()).ok()
+}
+
+/// Appends the caller's address (`peer`, from [`forwarded_for_value`]) to `x-forwarded-for`.
+pub fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
+    let joined = match headers.get(&FORWARDED_FOR) {
+        None => None,
+        Some(prev) => match prev.to_str() {
+            Ok(p) if !p.trim().is_empty() => {
+                let peer = String::from_utf8_lossy(peer.as_bytes());
+                HeaderValue::from_str(&format!("{p}, {peer}")).ok()
+            }
+            _ => None,
+        },
+    };
+    headers.insert(FORWARDED_FOR, joined.unwrap_or_else(|| peer.clone()));
 }
 
 /// True when the message body is framed with `Transfer-Encoding` (only meaningful on HTTP/1.1).
@@ -144,6 +191,18 @@ mod tests {
     }
 
     #[test]
+    fn messages_without_hop_by_hop_headers_are_left_alone() {
+        let mut h = map(&[
+            ("content-type", "application/grpc"),
+            ("keep-alive-ish", "1"),
+            ("x-upgrade", "websocket"),
+        ]);
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
+    }
+
+    #[test]
     fn te_keeps_only_trailers() {
         let mut h = map(&[("te", "gzip, trailers;q=1")]);
         strip_hop_by_hop(&mut h);
@@ -160,7 +219,17 @@ mod tests {
         let mut h = HeaderMap::new();
         let id = ensure_request_id(&mut h);
         assert_eq!(id.len(), 32);
+        assert!(
+            id.as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
         assert_eq!(h.get(&REQUEST_ID).unwrap(), &id);
+        assert!(h.get(&REQUEST_ID).unwrap().is_sensitive());
+        assert_eq!(
+            request_id(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210),
+            "0123456789abcdeffedcba9876543210"
+        );
     }
 
     #[test]
@@ -174,8 +243,14 @@ mod tests {
 
     #[test]
     fn forwarded_for_appends() {
+        let peer = forwarded_for_value("127.0.0.1".parse().unwrap()).unwrap();
         let mut h = map(&[("x-forwarded-for", "10.0.0.1")]);
-        append_forwarded_for(&mut h, "127.0.0.1".parse().unwrap());
+        append_forwarded_for(&mut h, &peer);
         assert_eq!(h.get(&FORWARDED_FOR).unwrap(), "10.0.0.1, 127.0.0.1");
+        let mut h = HeaderMap::new();
+        append_forwarded_for(&mut h, &peer);
+        assert_eq!(h.get(&FORWARDED_FOR).unwrap(), "127.0.0.1");
+        let v6 = forwarded_for_value("::1".parse().unwrap()).unwrap();
+        assert_eq!(v6, "::1");
     }
 }

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -86,9 +86,22 @@ pub struct ConnInfo {
     pub tls: bool,
     /// The verified client-certificate identity (mTLS), if any.
     pub identity: Option<PeerIdentity>,
+    /// The peer's address as an `x-forwarded-for` value, formatted once per connection.
+    pub forwarded_for: Option<http::HeaderValue>,
 }
 
 impl ConnInfo {
+    /// What is known about a connection from `peer` to `local`.
+    pub fn new(peer: SocketAddr, local: SocketAddr, tls: bool, identity: Option<PeerIdentity>) -> Self {
+        ConnInfo {
+            peer,
+            local,
+            tls,
+            identity,
+            forwarded_for: crate::headers::forwarded_for_value(peer.ip()),
+        }
+    }
+
     /// The caller facts that caller identification reads.
     pub fn facts(&self) -> crate::caller::ConnectionFacts<'_> {
         crate::caller::ConnectionFacts {
@@ -142,18 +155,32 @@ impl Drop for ConnGuard {
     }
 }
 
-/// Request activity on one connection, for the idle timeout.
+/// Request activity on one connection, for the idle timeout. Lock-free: it is touched by every request.
 struct Activity {
     in_flight: AtomicUsize,
     seen_request: AtomicBool,
-    last: std::sync::Mutex<Instant>,
+    /// When the connection was accepted.
+    opened: Instant,
+    /// Nanoseconds from `opened` to the last activity.
+    last: AtomicU64,
 }
 
 impl Activity {
-    fn touch(&self) {
-        if let Ok(mut l) = self.last.lock() {
-            *l = Instant::now();
+    fn new() -> Activity {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            seen_request: AtomicBool::new(false),
+            opened: Instant::now(),
+            last: AtomicU64::new(0),
         }
+    }
+
+    fn touch(&self) {
+        let since = Instant::now().saturating_duration_since(self.opened);
+        self.last.store(
+            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
     }
 
     /// When the connection becomes idle-expired if nothing happens (None while requests are in flight).
@@ -161,7 +188,7 @@ impl Activity {
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let last = self.last.lock().map(|l| *l).ok()?;
+        let last = self.opened + Duration::from_nanos(self.last.load(Ordering::Acquire));
         let allowed = if self.seen_request.load(Ordering::Acquire) {
             limits.idle_timeout
         } else {
@@ -270,12 +297,7 @@ impl ConnSetup {
         match &self.acceptor {
             None => {
                 metrics::counter!(m::CONNECTIONS, "listener" => "data", "protocol" => "tcp").increment(1);
-                let info = ConnInfo {
-                    peer: self.peer,
-                    local: self.local,
-                    tls: false,
-                    identity: None,
-                };
+                let info = ConnInfo::new(self.peer, self.local, false, None);
                 self.serve_io(stream, info, handler).await;
             }
             Some(acceptor) => {
@@ -300,12 +322,7 @@ impl ConnSetup {
                     .peer_certificates()
                     .and_then(|certs| certs.first())
                     .and_then(|c| PeerIdentity::from_der(c));
-                let info = ConnInfo {
-                    peer: self.peer,
-                    local: self.local,
-                    tls: true,
-                    identity,
-                };
+                let info = ConnInfo::new(self.peer, self.local, true, identity);
                 self.serve_io(tls, info, handler).await;
             }
         }
@@ -318,11 +335,7 @@ impl ConnSetup {
         F: Future<Output = Response<Body>> + Send + 'static,
     {
         let info = Arc::new(info);
-        let activity = Arc::new(Activity {
-            in_flight: AtomicUsize::new(0),
-            seen_request: AtomicBool::new(false),
-            last: std::sync::Mutex::new(Instant::now()),
-        });
+        let activity = Arc::new(Activity::new());
         let svc = {
             let activity = Arc::clone(&activity);
             let info = Arc::clone(&info);

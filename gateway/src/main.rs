@@ -122,11 +122,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     for w in warnings.iter() {
         tracing::warn!("{w}");
     }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    // One worker: tokio's current-thread scheduler, which hands wake-ups between the tasks of a request
+    // (client connection, upstream connection) without cross-thread queues, atomics on the run queue or
+    // futex wake-ups. More workers (default: one per core): the work-stealing scheduler.
+    let mut rt = match config.listeners.worker_threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = n {
+                b.worker_threads(n.max(1));
+            }
+            b
+        }
+    };
     rt.enable_all();
-    if let Some(n) = config.listeners.worker_threads {
-        rt.worker_threads(n.max(1));
-    }
     let rt = rt.build().context("cannot start the async runtime")?;
     rt.block_on(async move {
         let overrides = Overrides {

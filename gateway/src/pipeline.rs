@@ -24,7 +24,7 @@ use crate::config_state::{Rules, RuntimeState};
 use crate::error::{ErrorKind, GatewayError, GrpcCode};
 use crate::headers::{self, UpgradeRequest};
 use crate::listener::ConnInfo;
-use crate::metrics as m;
+use crate::metrics::{self as m, DestinationMetrics};
 use crate::proxy::{Body, BoxError, boxed};
 use crate::quota::QuotaDecision;
 use crate::retry::{self, ReplayBody, RetryError, UpstreamFailure};
@@ -52,7 +52,7 @@ pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<
     let mut resp = match result {
         Ok(resp) => resp,
         Err(e) => {
-            labels.outcome = e.kind().as_str();
+            labels.error = Some(e.kind().as_str());
             if matches!(e.kind(), ErrorKind::Internal) {
                 tracing::error!(error = %e, "internal gateway error");
             } else {
@@ -66,39 +66,40 @@ pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<
     resp
 }
 
-/// Metric labels gathered along the way.
+/// What the request's metrics are labelled with, gathered along the way.
+#[derive(Default)]
 struct Labels {
-    route: Arc<str>,
-    destination: Arc<str>,
-    upstream: Arc<str>,
-    outcome: &'static str,
-}
-
-impl Default for Labels {
-    fn default() -> Self {
-        let none: Arc<str> = Arc::from("none");
-        Labels {
-            route: none.clone(),
-            destination: none.clone(),
-            upstream: none,
-            outcome: "success",
-        }
-    }
+    /// The matched route.
+    route: Option<Arc<str>>,
+    /// The chosen destination's metric handles.
+    destination: Option<Arc<DestinationMetrics>>,
+    /// The gateway's error kind when it answered itself; `None` when the upstream answered.
+    error: Option<&'static str>,
 }
 
 impl Labels {
     fn record(&self, status: u16, started: Instant) {
-        metrics::counter!(m::REQUESTS,
-            "route" => self.route.to_string(),
-            "destination" => self.destination.to_string(),
-            "upstream" => self.upstream.to_string(),
-            "outcome" => self.outcome,
-            "status_class" => m::status_class(status))
-        .increment(1);
-        metrics::histogram!(m::REQUEST_DURATION,
-            "route" => self.route.to_string(),
-            "destination" => self.destination.to_string())
-        .record(started.elapsed().as_secs_f64());
+        let elapsed = started.elapsed();
+        match (&self.destination, self.error) {
+            (Some(d), None) => d.record_response(status, elapsed),
+            (Some(d), Some(kind)) => d.record_outcome(kind, status, elapsed),
+            (None, error) => {
+                let none: &'static str = "none";
+                let route = self
+                    .route
+                    .clone()
+                    .map_or(metrics::SharedString::const_str(none), Into::into);
+                metrics::counter!(m::REQUESTS,
+                    "route" => route.clone(),
+                    "destination" => none,
+                    "upstream" => none,
+                    "outcome" => error.unwrap_or("success"),
+                    "status_class" => m::status_class(status))
+                .increment(1);
+                metrics::histogram!(m::REQUEST_DURATION, "route" => route, "destination" => none)
+                    .record(elapsed.as_secs_f64());
+            }
+        }
     }
 }
 
@@ -121,7 +122,9 @@ async fn run(
 
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
-    headers::append_forwarded_for(&mut parts.headers, conn.peer.ip());
+    if let Some(peer) = &conn.forwarded_for {
+        headers::append_forwarded_for(&mut parts.headers, peer);
+    }
     let body: Body = Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)).boxed_unsync();
 
     // gRPC routes that match on the model need the model name from the body before matching.
@@ -152,7 +155,7 @@ async fn run(
     let Some(route) = rules.routes.match_request(&facts) else {
         return Err(no_route(rules, &facts, &peeked));
     };
-    labels.route = Arc::clone(&route.name);
+    labels.route = Some(Arc::clone(&route.name));
 
     // Fault injection (drills): delay, then maybe abort, before anything else is charged.
     if let Some(fault) = &route.fault {
@@ -209,8 +212,7 @@ async fn run(
         .split
         .choose_with(&parts.headers, &caller, &route.weights(), rand::random());
     let dest = &route.split.destinations()[choice.index];
-    labels.destination = Arc::clone(&dest.name);
-    labels.upstream = Arc::clone(&dest.upstream);
+    labels.destination = route.metrics.get(choice.index).cloned();
     let Some(upstream) = rules.upstreams.get(&dest.upstream) else {
         return Err(GatewayError::new(
             ErrorKind::Internal,
@@ -294,11 +296,6 @@ async fn run(
     // Retries and budget exhaustion are counted by the retry loop itself (by route and reason).
     let resp = bridge::from_upstream(outcome);
     let status = resp.status();
-    labels.outcome = if status.is_server_error() {
-        "upstream_error"
-    } else {
-        "success"
-    };
     let (mut rparts, rbody) = resp.into_parts();
     if let Some(d) = &quota {
         rate_limit_headers(&mut rparts.headers, d);
@@ -353,14 +350,20 @@ impl tower::Service<Request<ReqBody>> for UpstreamService {
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let upstream = Arc::clone(&self.0);
         Box::pin(async move {
-            let started = Instant::now();
-            let r = upstream.send(req.map(|b| b.boxed_unsync())).await;
-            let outcome = match &r {
-                Ok(resp) => m::status_class(resp.status().as_u16()),
-                Err(e) => e.kind().as_str(),
-            };
-            metrics::counter!(m::UPSTREAM_TRIES, "upstream" => upstream.name().to_string(), "outcome" => outcome).increment(1);
-            let _ = started;
+            // An empty body goes as a zero-sized one, which boxes without allocating.
+            let r = upstream
+                .send(req.map(|b| {
+                    if http_body::Body::is_end_stream(&b) {
+                        crate::proxy::empty()
+                    } else {
+                        b.boxed_unsync()
+                    }
+                }))
+                .await;
+            match &r {
+                Ok(resp) => upstream.tries().response(resp.status().as_u16()),
+                Err(e) => upstream.tries().failure(e.kind().as_str()),
+            }
             r
         })
     }

@@ -21,6 +21,9 @@ use crate::metrics as m;
 use crate::pipeline;
 use crate::tls::{self, ServerTlsFiles};
 
+/// How often recorded histogram samples are folded into their buckets (the exporter's own default).
+const HISTOGRAM_UPKEEP: Duration = Duration::from_secs(5);
+
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -126,11 +129,12 @@ impl Gateway {
         ));
         let admin = Arc::new(Admin {
             state: Arc::clone(&state),
-            metrics: prometheus,
+            metrics: prometheus.clone(),
             ready: Arc::clone(&ready),
         });
         // The admin API outlives the drain, so probes see `/ready` turn false while requests finish.
         let (admin_shutdown, admin_rx) = watch::channel(false);
+        let upkeep_task = tokio::spawn(m::upkeep(prometheus.clone(), HISTOGRAM_UPKEEP, admin_rx.clone()));
         let admin_task = tokio::spawn(admin::serve(admin_listener, admin, admin_rx));
         ready.store(true, Ordering::Release);
         metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
@@ -145,7 +149,7 @@ impl Gateway {
             admin_shutdown,
             tracker,
             drain_timeout: config.listeners.drain_timeout,
-            tasks: std::sync::Mutex::new(vec![data_task, admin_task]),
+            tasks: std::sync::Mutex::new(vec![data_task, admin_task, upkeep_task]),
         }))
     }
 

@@ -187,10 +187,9 @@ where
 {
     budget.deposit(Instant::now());
     let (parts, body) = req.into_parts();
-    let is_grpc = parts
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    // The head is cloned for a try that may be followed by another; the last possible try takes it.
+    let mut parts = Some(parts);
+    let is_grpc = parts.as_ref().is_some_and(|p| is_grpc_request(&p.headers));
     let replayable = body.is_replayable();
     let mut original = Some(body);
     let mut info = RetryInfo::default();
@@ -208,25 +207,24 @@ where
             (Some(p), _) => (Some(p), false),
             (None, r) => (r, r.is_some()),
         };
-        let body = if replayable {
-            original.as_ref().and_then(ReplayBody::try_clone)
+        let can_retry = replayable && info.tries < policy.attempts && !policy.retry_on.is_empty();
+        // A try that may be followed by another sends copies; the last possible try takes the originals.
+        let (head, body) = if can_retry {
+            (
+                parts.as_ref().map(clone_parts),
+                original.as_ref().and_then(ReplayBody::try_clone),
+            )
         } else {
-            original.take()
+            (parts.take(), original.take())
         };
-        let Some(body) = body else {
-            // Unreachable by construction: a non-replayable body is never retried.
+        let (Some(head), Some(body)) = (head, body) else {
+            // Unreachable by construction: the originals are taken only by a try that cannot be retried.
             return Err(RetryError::DeadlineExceeded { info });
         };
-        let mut req = Request::new(body);
-        *req.method_mut() = parts.method.clone();
-        *req.uri_mut() = parts.uri.clone();
-        *req.version_mut() = parts.version;
-        *req.headers_mut() = parts.headers.clone();
-        *req.extensions_mut() = parts.extensions.clone();
+        let mut req = Request::from_parts(head, body);
         if is_grpc && let Some(t) = try_limit {
             req.headers_mut().insert(GRPC_TIMEOUT, format_grpc_timeout(t));
         }
-        let can_retry = replayable && info.tries < policy.attempts && !policy.retry_on.is_empty();
 
         let call = async {
             svc.ready().await?;
@@ -257,7 +255,8 @@ where
                     && policy.retry_on.has_grpc_codes()
                     && grpc_status(resp.headers()).is_none()
                 {
-                    read_trailers(resp, policy, deadline).await
+                    // Boxed: rarely taken, and large enough to grow every request's future.
+                    Box::pin(read_trailers(resp, policy, deadline)).await
                 } else {
                     (reason, Outcome::Response(resp.map(RetryBody::Stream)))
                 }
@@ -295,6 +294,23 @@ where
             Outcome::Deadline => Err(RetryError::DeadlineExceeded { info }),
         };
     }
+}
+
+fn is_grpc_request(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// A copy of a request head for one try.
+fn clone_parts(p: &http::request::Parts) -> http::request::Parts {
+    let mut req = Request::new(());
+    *req.method_mut() = p.method.clone();
+    *req.uri_mut() = p.uri.clone();
+    *req.version_mut() = p.version;
+    *req.headers_mut() = p.headers.clone();
+    *req.extensions_mut() = p.extensions.clone();
+    req.into_parts().0
 }
 
 /// Buffers a gRPC response (up to the replay limit, within the deadline) to read `grpc-status`

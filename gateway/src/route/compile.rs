@@ -14,6 +14,7 @@ use super::{
 use crate::caller::{CallerPolicy, CallerSource, CallerSources};
 use crate::canary::{CanaryPolicy, CanaryStore, Promotion};
 use crate::fault::{FaultAbort, FaultPolicy, Percent};
+use crate::metrics::DestinationMetrics;
 use crate::mirror::{MirrorPolicy, MirrorStore};
 use crate::quota::{QuotaSpec, QuotaStore, RouteQuota};
 use crate::retry::{Backoff, BudgetSpec, RetryBudgetStore, RetryOn, RetryPolicy};
@@ -316,7 +317,19 @@ fn compile_route(
     if !errors.is_empty() {
         return Err(errors);
     }
+    let metrics = split
+        .destinations()
+        .iter()
+        .map(|d| {
+            Arc::new(DestinationMetrics::new(
+                name.clone(),
+                d.name.clone(),
+                d.upstream.clone(),
+            ))
+        })
+        .collect();
     Ok(CompiledRoute {
+        metrics,
         name,
         key,
         matcher,

@@ -25,6 +25,7 @@ pub use kserve::{ModelRef, RestModelPath, parse_rest_model_path};
 use crate::caller::CallerPolicy;
 use crate::canary::CanaryState;
 use crate::fault::FaultPolicy;
+use crate::metrics::DestinationMetrics;
 use crate::mirror::MirrorPolicy;
 use crate::quota::RouteQuota;
 use crate::retry::{RetryBudget, RetryPolicy};
@@ -251,6 +252,8 @@ pub struct CompiledRoute {
     pub fault: Option<FaultPolicy>,
     /// Automatic canary analysis, if configured (long-lived state, from [`PolicyStores`]).
     pub canary: Option<Arc<CanaryState>>,
+    /// Metric handles, one per destination (same order as [`Split::destinations`]).
+    pub metrics: Arc<[Arc<DestinationMetrics>]>,
 }
 
 impl CompiledRoute {

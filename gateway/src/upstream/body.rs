@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::endpoint::Endpoint;
+use super::h2::H2Body;
 
 /// Holds an endpoint's outstanding request and the upstream's concurrency slot.
 pub(crate) struct Guard {
@@ -36,12 +37,31 @@ impl Drop for Guard {
 
 /// A response body streaming from an upstream. Trailers (gRPC status) pass through.
 pub struct UpstreamBody {
-    inner: Incoming,
+    inner: PoolBody,
     guard: Option<Guard>,
 }
 
+/// A response body as a connection pool hands it over.
+pub(crate) enum PoolBody {
+    /// From an HTTP/1.1 connection (hyper's client).
+    Http1(Incoming),
+    /// From an HTTP/2 stream.
+    Http2(H2Body),
+}
+
+/// Why an upstream response body failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamBodyError {
+    /// The HTTP/1.1 connection failed.
+    #[error(transparent)]
+    Http1(#[from] hyper::Error),
+    /// The HTTP/2 stream was reset or its connection failed.
+    #[error(transparent)]
+    Http2(#[from] h2::Error),
+}
+
 impl UpstreamBody {
-    pub(crate) fn new(inner: Incoming, guard: Guard) -> UpstreamBody {
+    pub(crate) fn new(inner: PoolBody, guard: Guard) -> UpstreamBody {
         UpstreamBody {
             inner,
             guard: Some(guard),
@@ -57,28 +77,37 @@ impl std::fmt::Debug for UpstreamBody {
 
 impl HttpBody for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = UpstreamBodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let polled = match &mut this.inner {
+            PoolBody::Http1(b) => Pin::new(b).poll_frame(cx).map_err(UpstreamBodyError::from),
+            PoolBody::Http2(b) => Pin::new(b).poll_frame(cx).map_err(UpstreamBodyError::from),
+        };
         match &polled {
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.guard = None,
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.guard = None,
+            Poll::Ready(Some(Ok(_))) if this.is_end_stream() => this.guard = None,
             _ => {}
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            PoolBody::Http1(b) => b.is_end_stream(),
+            PoolBody::Http2(b) => b.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            PoolBody::Http1(b) => b.size_hint(),
+            PoolBody::Http2(b) => b.size_hint(),
+        }
     }
 }
 

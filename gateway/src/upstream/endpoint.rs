@@ -4,7 +4,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -79,6 +79,11 @@ pub(crate) struct Endpoint {
     addr: SocketAddr,
     outstanding: AtomicUsize,
     outlier: Mutex<OutlierState>,
+    /// Set while the outlier state may hold an ejection (cleared once it is seen to have ended), so the
+    /// per-request check takes the lock only then.
+    maybe_ejected: AtomicBool,
+    /// Set while the outlier state may count consecutive failures, so a success takes the lock only then.
+    maybe_failing: AtomicBool,
     pool: Pool,
 }
 
@@ -88,6 +93,8 @@ impl Endpoint {
             addr,
             outstanding: AtomicUsize::new(0),
             outlier: Mutex::new(OutlierState::default()),
+            maybe_ejected: AtomicBool::new(false),
+            maybe_failing: AtomicBool::new(false),
             pool: Pool::new(connect),
         }
     }
@@ -113,12 +120,25 @@ impl Endpoint {
     }
 
     pub(crate) fn is_ejected(&self, now: Instant) -> bool {
-        self.outlier.lock().map(|s| s.is_ejected(now)).unwrap_or(false)
+        if !self.maybe_ejected.load(Ordering::Acquire) {
+            return false;
+        }
+        let Ok(s) = self.outlier.lock() else { return false };
+        let ejected = s.is_ejected(now);
+        if !ejected {
+            // Cleared under the lock, so it cannot race with a new ejection (set under it too).
+            self.maybe_ejected.store(false, Ordering::Release);
+        }
+        ejected
     }
 
     pub(crate) fn record_success(&self) {
+        if !self.maybe_failing.load(Ordering::Acquire) {
+            return;
+        }
         if let Ok(mut s) = self.outlier.lock() {
             s.record_success();
+            self.maybe_failing.store(false, Ordering::Release);
         }
     }
 
@@ -130,8 +150,12 @@ impl Endpoint {
         may_eject: bool,
     ) -> Option<Duration> {
         let mut s = self.outlier.lock().ok()?;
+        self.maybe_failing.store(true, Ordering::Release);
         match s.record_failure(settings, now, may_eject) {
-            Verdict::Ejected(d) => Some(d),
+            Verdict::Ejected(d) => {
+                self.maybe_ejected.store(true, Ordering::Release);
+                Some(d)
+            }
             Verdict::Unchanged | Verdict::CapReached => None,
         }
     }

@@ -155,22 +155,25 @@ pub(crate) fn root_cause<'a>(e: &'a (dyn StdError + 'static)) -> &'a (dyn StdErr
     cur
 }
 
-/// Classifies an error from sending a request on an established connection.
+/// Classifies an error of an HTTP/2 stream (the request was handed to the connection).
+pub(crate) fn classify_h2_error(e: &h2::Error) -> FailureKind {
+    if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        return FailureKind::RefusedStream;
+    }
+    if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) {
+        // A graceful GOAWAY refuses streams above its last stream id: never processed.
+        return FailureKind::RefusedStream;
+    }
+    FailureKind::Reset
+}
+
+/// Classifies an error from sending a request on an established HTTP/1.1 connection.
 pub(crate) fn classify_send_error(e: &hyper::Error) -> FailureKind {
     // Our own request-body errors come back through hyper as the source of a user-body error.
     let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = cur {
         if err.is::<http_body_util::LengthLimitError>() {
             return FailureKind::RequestBodyTooLarge;
-        }
-        if let Some(h2e) = err.downcast_ref::<h2::Error>() {
-            if h2e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                return FailureKind::RefusedStream;
-            }
-            if h2e.is_go_away() && h2e.is_remote() && h2e.reason() == Some(h2::Reason::NO_ERROR) {
-                // A graceful GOAWAY refuses streams above its last stream id: never processed.
-                return FailureKind::RefusedStream;
-            }
         }
         cur = err.source();
     }

@@ -8,6 +8,7 @@
 mod body;
 mod endpoint;
 mod error;
+mod h2;
 mod outlier;
 mod pool;
 mod resolve;
@@ -21,7 +22,7 @@ use arc_swap::ArcSwap;
 use http::{Request, Response};
 use tokio::sync::{Semaphore, watch};
 
-pub use body::UpstreamBody;
+pub use body::{UpstreamBody, UpstreamBodyError};
 pub use endpoint::{EndpointSnapshot, EndpointSpec};
 pub use error::{FailureKind, UpstreamError};
 pub use outlier::OutlierSettings;
@@ -75,6 +76,7 @@ pub struct Upstream {
     resolved: watch::Sender<u64>,
     concurrency: Arc<Semaphore>,
     pending: AtomicUsize,
+    tries: m::TryCounters,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -103,6 +105,7 @@ impl Upstream {
             pending: AtomicUsize::new(0),
             endpoints: ArcSwap::from_pointee(static_eps),
             resolved,
+            tries: m::TryCounters::new(Arc::from(settings.name.as_str())),
             settings,
         });
         if needs_dns {
@@ -119,6 +122,11 @@ impl Upstream {
     /// The upstream's name.
     pub fn name(&self) -> &str {
         &self.settings.name
+    }
+
+    /// The `upstream_tries_total` handles of this upstream.
+    pub fn tries(&self) -> &m::TryCounters {
+        &self.tries
     }
 
     /// A view of every endpoint: address, outstanding requests, ejection state, open connections.
@@ -140,19 +148,22 @@ impl Upstream {
             endpoint.addr(),
             self.settings.connect.tls.as_ref(),
         );
-        let (req, body_failure) = {
+        // An empty body cannot fail: it needs no watching (and no allocations for it).
+        let (req, body_failure) = if http_body::Body::is_end_stream(req.body()) {
+            (req, None)
+        } else {
             let (parts, body) = req.into_parts();
             let (watched, failure) = body::WatchedBody::new(body);
             (
                 http::Request::from_parts(parts, crate::proxy::boxed(watched)),
-                failure,
+                Some(failure),
             )
         };
         let result = endpoint
             .pool()
             .send(name, endpoint.addr(), &self.settings.connect, req)
             .await
-            .map_err(|e| match body_failure.get() {
+            .map_err(|e| match body_failure.as_ref().and_then(|f| f.get()) {
                 Some(kind) => e.reclassify(*kind),
                 None => e,
             });
@@ -208,10 +219,8 @@ impl Upstream {
         let mut eps = self.endpoints.load_full();
         if eps.is_empty() && self.settings.endpoints.iter().any(|s| s.ip_addr().is_none()) {
             // The first resolution may still be under way: wait for it, no longer than a connect.
-            let mut rx = self.resolved.subscribe();
-            if *rx.borrow_and_update() == 0 {
-                let _ = tokio::time::timeout(self.settings.connect.connect_timeout, rx.changed()).await;
-            }
+            // (Boxed: a rare wait that would otherwise grow every request's future.)
+            Box::pin(self.first_resolution()).await;
             eps = self.endpoints.load_full();
         }
         if eps.is_empty() {
@@ -225,29 +234,14 @@ impl Upstream {
                 ),
             ));
         }
-        let now = tokio::time::Instant::now();
-        let healthy: Vec<&Arc<Endpoint>> = eps.iter().filter(|e| !e.is_ejected(now)).collect();
-        let pool: Vec<&Arc<Endpoint>> = if healthy.is_empty() {
-            eps.iter().collect()
-        } else {
-            healthy
-        };
-        let chosen = match pool.len() {
-            1 => pool[0],
-            n => {
-                let a = rand::random_range(0..n);
-                let mut b = rand::random_range(0..n - 1);
-                if b >= a {
-                    b += 1;
-                }
-                if pool[b].outstanding() < pool[a].outstanding() {
-                    pool[b]
-                } else {
-                    pool[a]
-                }
-            }
-        };
-        Ok(Arc::clone(chosen))
+        Ok(Arc::clone(choose(&eps, tokio::time::Instant::now())))
+    }
+
+    async fn first_resolution(&self) {
+        let mut rx = self.resolved.subscribe();
+        if *rx.borrow_and_update() == 0 {
+            let _ = tokio::time::timeout(self.settings.connect.connect_timeout, rx.changed()).await;
+        }
     }
 
     fn record_failure(&self, endpoint: &Endpoint) {
@@ -283,4 +277,35 @@ impl Upstream {
         self.endpoints.store(Arc::new(next));
         self.resolved.send_modify(|n| *n += 1);
     }
+}
+
+/// Power of two choices over the endpoints of `eps` (not empty) not ejected at `now`, or over all of them
+/// when every one is ejected. Allocates nothing: the two draws are ranks among the candidates.
+fn choose(eps: &[Arc<Endpoint>], now: tokio::time::Instant) -> &Arc<Endpoint> {
+    if eps.len() == 1 {
+        // Ejected or not, a lone endpoint is the one used.
+        return &eps[0];
+    }
+    let healthy = eps.iter().filter(|e| !e.is_ejected(now)).count();
+    let nth = |rank: usize| -> &Arc<Endpoint> {
+        if healthy == 0 {
+            &eps[rank]
+        } else {
+            eps.iter()
+                .filter(|e| !e.is_ejected(now))
+                .nth(rank)
+                .unwrap_or(&eps[0])
+        }
+    };
+    let n = if healthy == 0 { eps.len() } else { healthy };
+    if n == 1 {
+        return nth(0);
+    }
+    let a = rand::random_range(0..n);
+    let mut b = rand::random_range(0..n - 1);
+    if b >= a {
+        b += 1;
+    }
+    let (a, b) = (nth(a), nth(b));
+    if b.outstanding() < a.outstanding() { b } else { a }
 }

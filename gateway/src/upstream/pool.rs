@@ -9,13 +9,15 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::body::PoolBody;
 use super::error::{FailureKind, UpstreamError, classify_send_error};
+use super::h2::{H2Body, H2Conn, SendFailure};
 use crate::proxy::Body;
 
 /// The HTTP version spoken to an upstream.
@@ -93,7 +95,7 @@ pub(crate) struct H2Pool {
 }
 
 struct H2Slot {
-    conn: ArcSwapOption<http2::SendRequest<Body>>,
+    conn: ArcSwapOption<H2Conn>,
     connecting: tokio::sync::Mutex<()>,
 }
 
@@ -128,10 +130,10 @@ impl Pool {
         addr: SocketAddr,
         settings: &ConnectSettings,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<PoolBody>, UpstreamError> {
         match self {
-            Pool::Http2(p) => p.send(upstream, addr, settings, req).await,
-            Pool::Http1(p) => p.send(upstream, addr, settings, req).await,
+            Pool::Http2(p) => Ok(p.send(upstream, addr, settings, req).await?.map(PoolBody::Http2)),
+            Pool::Http1(p) => Ok(p.send(upstream, addr, settings, req).await?.map(PoolBody::Http1)),
         }
     }
 
@@ -141,7 +143,7 @@ impl Pool {
             Pool::Http2(p) => p
                 .slots
                 .iter()
-                .filter(|s| s.conn.load().as_ref().is_some_and(|c| !c.is_closed()))
+                .filter(|s| s.conn.load().as_ref().is_some_and(|c| c.is_usable()))
                 .count(),
             Pool::Http1(p) => p.idle.lock().map(|v| v.len()).unwrap_or(0),
         }
@@ -155,29 +157,22 @@ impl H2Pool {
         addr: SocketAddr,
         settings: &ConnectSettings,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<H2Body>, UpstreamError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let slot = &self.slots[i];
         let mut req = req;
-        // A pooled connection may have closed since it was stored: then hyper hands the request back unsent
-        // and we connect once more.
+        // A pooled connection may have closed (or received GOAWAY) since it was stored: then the request
+        // comes back unsent and we connect once more.
         for _ in 0..2 {
-            let mut sender = slot.get(upstream, addr, settings).await?;
-            match sender.try_send_request(req).await {
+            let conn = slot.get(upstream, addr, settings).await?;
+            match conn.send(req).await {
                 Ok(resp) => return Ok(resp),
-                Err(mut e) => match e.take_message() {
-                    Some(back) if e.error().is_canceled() || e.error().is_closed() => {
-                        slot.forget(&sender);
-                        req = back;
-                    }
-                    _ => {
-                        let err = e.into_error();
-                        if err.is_closed() || err.is_canceled() {
-                            slot.forget(&sender);
-                        }
-                        return Err(send_error(upstream, addr, &err).with_source(err));
-                    }
-                },
+                Err(SendFailure::Unsent(back, e)) => {
+                    tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/2 connection is closed; reconnecting");
+                    slot.forget(&conn);
+                    req = *back;
+                }
+                Err(failed) => return Err(failed.into_error(upstream, addr)),
             }
         }
         Err(UpstreamError::new(
@@ -195,26 +190,39 @@ impl H2Slot {
         upstream: &str,
         addr: SocketAddr,
         settings: &ConnectSettings,
-    ) -> Result<http2::SendRequest<Body>, UpstreamError> {
-        if let Some(c) = self.conn.load().as_ref()
-            && !c.is_closed()
+    ) -> Result<Arc<H2Conn>, UpstreamError> {
+        if let Some(c) = self.conn.load_full()
+            && c.is_usable()
         {
-            return Ok(http2::SendRequest::clone(c));
+            return Ok(c);
         }
-        let _guard = self.connecting.lock().await;
-        if let Some(c) = self.conn.load().as_ref()
-            && !c.is_closed()
-        {
-            return Ok(http2::SendRequest::clone(c));
-        }
-        let sender = connect_h2(upstream, addr, settings).await?;
-        self.conn.store(Some(Arc::new(sender.clone())));
-        Ok(sender)
+        // Boxed: connecting (TCP, TLS, HTTP/2 handshake, timeouts) is a large future, and keeping it
+        // inline would make every request's future that large, to be moved around on every request.
+        Box::pin(self.connect(upstream, addr, settings)).await
     }
 
-    fn forget(&self, _sender: &http2::SendRequest<Body>) {
-        if self.conn.load().as_ref().is_some_and(|c| c.is_closed()) {
-            self.conn.store(None);
+    async fn connect(
+        &self,
+        upstream: &str,
+        addr: SocketAddr,
+        settings: &ConnectSettings,
+    ) -> Result<Arc<H2Conn>, UpstreamError> {
+        let _guard = self.connecting.lock().await;
+        if let Some(c) = self.conn.load_full()
+            && c.is_usable()
+        {
+            return Ok(c);
+        }
+        let conn = Arc::new(connect_h2(upstream, addr, settings).await?);
+        self.conn.store(Some(Arc::clone(&conn)));
+        Ok(conn)
+    }
+
+    /// Drops `conn` from the slot (unless another request already replaced it).
+    fn forget(&self, conn: &Arc<H2Conn>) {
+        let current = self.conn.load();
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            self.conn.compare_and_swap(&*current, None);
         }
     }
 }
@@ -231,7 +239,8 @@ impl H1Pool {
         for _ in 0..2 {
             let (mut sender, pooled) = match self.take_idle() {
                 Some(s) => (s, true),
-                None => (connect_h1(upstream, addr, settings).await?, false),
+                // Boxed for the reason given in `H2Slot::get`.
+                None => (Box::pin(connect_h1(upstream, addr, settings)).await?, false),
             };
             match sender.try_send_request(req).await {
                 Ok(resp) => {
@@ -346,7 +355,7 @@ async fn connect_h2(
     upstream: &str,
     addr: SocketAddr,
     settings: &ConnectSettings,
-) -> Result<http2::SendRequest<Body>, UpstreamError> {
+) -> Result<H2Conn, UpstreamError> {
     let (io, negotiated) = connect_io(upstream, addr, settings).await?;
     if negotiated != UpstreamProtocol::Http2 {
         return Err(UpstreamError::new(
@@ -356,40 +365,22 @@ async fn connect_h2(
         )
         .with_endpoint(addr));
     }
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .adaptive_window(true)
-        .keep_alive_interval(Duration::from_secs(20))
-        .keep_alive_timeout(Duration::from_secs(10));
-    let handshake = builder.handshake::<_, Body>(TokioIo::new(io));
-    let (sender, conn) = match tokio::time::timeout(settings.connect_timeout, handshake).await {
-        Ok(Ok(pair)) => pair,
-        Ok(Err(e)) => {
-            return Err(UpstreamError::new(
-                FailureKind::ConnectFailure,
-                upstream,
-                "HTTP/2 handshake failed (is the upstream speaking h2c?)",
-            )
-            .with_endpoint(addr)
-            .with_source(e));
-        }
-        Err(_) => {
-            return Err(UpstreamError::new(
-                FailureKind::ConnectFailure,
-                upstream,
-                "HTTP/2 handshake took longer than the connect timeout",
-            )
-            .with_endpoint(addr));
-        }
-    };
-    let name = upstream.to_string();
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(upstream = %name, endpoint = %addr, error = %e, "upstream HTTP/2 connection ended");
-        }
-    });
-    Ok(sender)
+    match tokio::time::timeout(settings.connect_timeout, H2Conn::handshake(io)).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(UpstreamError::new(
+            FailureKind::ConnectFailure,
+            upstream,
+            "HTTP/2 handshake failed (is the upstream speaking h2c?)",
+        )
+        .with_endpoint(addr)
+        .with_source(e)),
+        Err(_) => Err(UpstreamError::new(
+            FailureKind::ConnectFailure,
+            upstream,
+            "HTTP/2 handshake took longer than the connect timeout",
+        )
+        .with_endpoint(addr)),
+    }
 }
 
 async fn connect_h1(
