@@ -31,8 +31,12 @@ pub const RETRY_BUDGET_EXHAUSTED: &str = "infergate_gateway_retry_budget_exhaust
 pub const QUOTA_REJECTIONS: &str = "infergate_gateway_quota_rejections_total";
 /// Faults injected, by `route` and `kind` (`delay`, `abort`).
 pub const FAULTS_INJECTED: &str = "infergate_gateway_faults_injected_total";
-/// Mirrored requests, by `route`, `upstream` and `outcome`.
-pub const MIRRORED: &str = "infergate_gateway_mirrored_requests_total";
+/// Mirrored copies sent, by `route` and `outcome` (status class or failure kind).
+pub const MIRROR_REQUESTS: &str = "infergate_gateway_mirror_requests_total";
+/// Mirrored copies not sent because the route's mirror limit was reached, by `route`.
+pub const MIRROR_DROPPED: &str = "infergate_gateway_mirror_dropped_total";
+/// Token buckets dropped from the quota store, by `kind` (`idle`: lossless; `active`: the store was full).
+pub const QUOTA_EVICTIONS: &str = "infergate_gateway_quota_evictions_total";
 /// Config reloads, by `result` (`applied`, `rejected`).
 pub const CONFIG_RELOADS: &str = "infergate_gateway_config_reloads_total";
 /// Unix time of the running config's load.
@@ -43,8 +47,12 @@ pub const OPEN_CONNECTIONS: &str = "infergate_gateway_open_connections";
 pub const CONNECTIONS: &str = "infergate_gateway_connections_total";
 /// TLS handshakes that failed, by `listener`.
 pub const TLS_HANDSHAKE_FAILURES: &str = "infergate_gateway_tls_handshake_failures_total";
-/// Canary analysis decisions (rollbacks, promotions), by `route` and `decision`.
-pub const CANARY_DECISIONS: &str = "infergate_gateway_canary_decisions_total";
+/// Canary rollbacks made by the automatic analysis, by `route`.
+pub const CANARY_ROLLBACKS: &str = "infergate_gateway_canary_rollbacks_total";
+/// Canary analysis phase, by `route`: 0 observing, 1 promoting, 2 promoted, 3 rolled back.
+pub const CANARY_PHASE: &str = "infergate_gateway_canary_phase";
+/// Weight each destination of an analysed route splits with now, by `route` and `destination`.
+pub const CANARY_WEIGHT: &str = "infergate_gateway_canary_weight";
 
 /// Latency buckets in seconds: 100 µs to 30 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -100,7 +108,15 @@ fn describe() {
     );
     describe_counter!(QUOTA_REJECTIONS, "Requests refused by a per-caller quota.");
     describe_counter!(FAULTS_INJECTED, "Faults injected by fault-injection rules.");
-    describe_counter!(MIRRORED, "Requests mirrored to a shadow upstream.");
+    describe_counter!(
+        MIRROR_REQUESTS,
+        "Mirrored copies sent to a shadow upstream, by outcome."
+    );
+    describe_counter!(
+        MIRROR_DROPPED,
+        "Mirrored copies not sent because the mirror limit was reached."
+    );
+    describe_counter!(QUOTA_EVICTIONS, "Token buckets dropped from the quota store.");
     describe_counter!(CONFIG_RELOADS, "Routing-rule reloads by result.");
     describe_gauge!(
         CONFIG_LOADED_AT,
@@ -110,7 +126,18 @@ fn describe() {
     describe_gauge!(OPEN_CONNECTIONS, "Open client connections.");
     describe_counter!(CONNECTIONS, "Client connections accepted.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "Client TLS handshakes that failed.");
-    describe_counter!(CANARY_DECISIONS, "Automatic canary analysis decisions.");
+    describe_counter!(
+        CANARY_ROLLBACKS,
+        "Canary rollbacks made by the automatic analysis."
+    );
+    describe_gauge!(
+        CANARY_PHASE,
+        "Canary analysis phase: 0 observing, 1 promoting, 2 promoted, 3 rolled back."
+    );
+    describe_gauge!(
+        CANARY_WEIGHT,
+        "Weight a destination of an analysed route splits with now."
+    );
 }
 
 /// Drains recorded histogram samples into their buckets every `every` until `shutdown` turns true. The

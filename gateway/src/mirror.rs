@@ -12,6 +12,7 @@ use tokio::sync::Semaphore;
 use tower::{Service, ServiceExt};
 
 use crate::fault::Percent;
+use crate::metrics as m;
 use crate::route::RouteKey;
 
 /// Header added to mirrored requests so the shadow can tell them apart.
@@ -70,8 +71,7 @@ impl MirrorPolicy {
         B: Send + 'static,
     {
         let Ok(permit) = self.limiter.clone().try_acquire_owned() else {
-            metrics::counter!("infergate_gateway_mirror_dropped_total", "route" => self.route.to_string())
-                .increment(1);
+            metrics::counter!(m::MIRROR_DROPPED, "route" => self.route.to_string()).increment(1);
             return false;
         };
         req.headers_mut()
@@ -89,7 +89,7 @@ impl MirrorPolicy {
                 }
                 Err(_) => "timeout",
             };
-            metrics::counter!("infergate_gateway_mirror_requests_total", "route" => route.to_string(), "outcome" => outcome)
+            metrics::counter!(m::MIRROR_REQUESTS, "route" => route.to_string(), "outcome" => outcome)
                 .increment(1);
         });
         true

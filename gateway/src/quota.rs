@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::caller::Caller;
+use crate::metrics as m;
 use crate::route::RouteKey;
 
 /// A token-bucket quota: `tokens` per `per`, bursting up to `burst`.
@@ -319,13 +320,11 @@ impl QuotaStore {
     fn count_evictions(&self, idle: usize, active: usize) {
         if idle > 0 {
             self.evicted_idle.fetch_add(idle as u64, Ordering::Relaxed);
-            metrics::counter!("infergate_gateway_quota_evictions_total", "kind" => "idle")
-                .increment(idle as u64);
+            metrics::counter!(m::QUOTA_EVICTIONS, "kind" => "idle").increment(idle as u64);
         }
         if active > 0 {
             self.evicted_active.fetch_add(active as u64, Ordering::Relaxed);
-            metrics::counter!("infergate_gateway_quota_evictions_total", "kind" => "active")
-                .increment(active as u64);
+            metrics::counter!(m::QUOTA_EVICTIONS, "kind" => "active").increment(active as u64);
         }
     }
 

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 pub use window::{WindowStats, WindowSummary};
 
+use crate::metrics as m;
 use crate::route::RouteKey;
 
 /// Analysis settings of one route, in typed units.
@@ -306,8 +307,7 @@ impl CanaryState {
                 canary_p99_ms = can.p99_ms,
                 "canary rolled back: {reason}"
             );
-            metrics::counter!("infergate_gateway_canary_rollbacks_total", "route" => self.route.to_string())
-                .increment(1);
+            metrics::counter!(m::CANARY_ROLLBACKS, "route" => self.route.to_string()).increment(1);
             inner.phase = Phase::RolledBack;
             inner.decision = Some(Decision {
                 reason: format!("rolled back: {reason}"),
@@ -396,9 +396,9 @@ impl CanaryState {
 
     fn publish(&self, phase: Phase) {
         let route = self.route.to_string();
-        metrics::gauge!("infergate_gateway_canary_phase", "route" => route.clone()).set(phase.gauge());
+        metrics::gauge!(m::CANARY_PHASE, "route" => route.clone()).set(phase.gauge());
         for (d, w) in self.destinations.iter().zip(self.weights.load().iter()) {
-            metrics::gauge!("infergate_gateway_canary_weight", "route" => route.clone(), "destination" => d.to_string())
+            metrics::gauge!(m::CANARY_WEIGHT, "route" => route.clone(), "destination" => d.to_string())
                 .set(f64::from(*w));
         }
     }

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
 use super::{RetryBudget, RetryPolicy, UpstreamError, UpstreamFailure, grpc_status};
+use crate::metrics as m;
 use crate::retry::replay::ReplayBody;
 use crate::timeout::{GRPC_TIMEOUT, TimeoutPolicy, format_grpc_timeout};
 
@@ -271,7 +272,7 @@ where
                 deadline_cut = !fits;
                 if fits {
                     info.last_reason = Some(reason);
-                    metrics::counter!("infergate_gateway_retries_total", "route" => route.to_string(), "reason" => reason)
+                    metrics::counter!(m::RETRIES, "route" => route.to_string(), "reason" => reason)
                         .increment(1);
                     tracing::debug!(route, reason, try_no = info.tries, ?delay, "retrying");
                     tokio::time::sleep(delay).await;
@@ -279,7 +280,7 @@ where
                 }
             } else {
                 info.budget_exhausted = true;
-                metrics::counter!("infergate_gateway_retry_budget_exhausted_total", "route" => route.to_string()).increment(1);
+                metrics::counter!(m::RETRY_BUDGET_EXHAUSTED, "route" => route.to_string()).increment(1);
             }
         }
         return match outcome {
