@@ -13,6 +13,7 @@
 # the median over rounds, and the median and range of the per-round throughput ratios: on a shared
 # machine absolute figures are noisy, the ratio inside one round (same minute, same load) is what counts.
 # Environment: BENCH_WINDOW_MS (default 3000), BENCH_CONCURRENCY (default "1 8"), BENCH_ROUNDS (default 3),
+# BENCH_INTRA_OP_THREADS (threads of our add_sub instance, `intra_op_thread_count`; default 1, 0 = the default),
 # INFERGATE_PYTHON (venv python with onnx, default ~/.cache/infergate/venv/bin/python).
 set -euo pipefail
 bin_dir="${1:?usage: bench-backend-frontend.sh BIN_DIR (a release build of infergate-backend)}"
@@ -23,6 +24,7 @@ py="${INFERGATE_PYTHON:-$HOME/.cache/infergate/venv/bin/python}"
 window="${BENCH_WINDOW_MS:-3000}"
 concurrency="${BENCH_CONCURRENCY:-1 8}"
 rounds="${BENCH_ROUNDS:-3}"
+threads="${BENCH_INTRA_OP_THREADS:-1}"
 [ -x "$bin_dir/infergate-backend" ] || { echo "no $bin_dir/infergate-backend: run make build-release (make bench does)" >&2; exit 1; }
 [ -x "$py" ] || { echo "no python at $py: run make venv" >&2; exit 1; }
 for t in triton-peer perf-analyzer; do
@@ -43,6 +45,11 @@ import models
 models.write_onnx_repository(sys.argv[2] + "/ours", ["add_sub"])
 models.write_python_backend_repository(sys.argv[2] + "/triton", ["add_sub"])
 PYEOF
+# One execution thread per instance on both sides: a Triton Python-backend instance is one Python thread;
+# ours would otherwise get a pool of one thread per core for a model that runs in microseconds.
+if [ "$threads" != 0 ]; then
+  echo "parameters { key: \"intra_op_thread_count\" value: { string_value: \"$threads\" } }" >>"$work/ours/add_sub/config.pbtxt"
+fi
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_ready() {  # url name log
@@ -106,7 +113,7 @@ PYEOF
 
 median() { "$py" -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
-echo "==> backend front end: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), Triton $tr_version (Python backend), perf_analyzer 2.41, ${window} ms windows, $rounds rounds"
+echo "==> backend front end: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), Triton $tr_version (Python backend), perf_analyzer 2.41, ${window} ms windows, $rounds rounds, infergate intra_op_thread_count $threads"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| protocol | concurrency | infergate infer/s | infergate p99 (us) | Triton infer/s | Triton p99 (us) | throughput ratio (median, range) | server CPU us/request (infergate / Triton) |"
