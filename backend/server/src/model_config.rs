@@ -16,7 +16,8 @@ use infergate_protocol::DataType;
 use crate::batcher::{AdaptiveConfig, BatcherConfig, QueuePolicy, TimeoutAction};
 use crate::convert::protocol_dtype;
 use crate::spec::{
-    InstanceGroup, InstanceKind, IoSpec, ModelSpec, VersionPolicy, WarmupData, WarmupInput, WarmupSample,
+    INTRA_OP_THREADS_PARAMETER, InstanceGroup, InstanceKind, IoSpec, ModelSpec, VersionPolicy, WarmupData,
+    WarmupInput, WarmupSample,
 };
 
 /// The model parameter that turns on adaptive batching: the p99 latency target in microseconds.
@@ -320,6 +321,15 @@ pub fn to_spec(c: &ModelConfig, defaults: &SpecDefaults) -> Result<ModelSpec, St
             "model '{name}': '{ADAPTIVE_P99_PARAMETER}' needs dynamic_batching and max_batch_size > 0"
         ));
     }
+    if let Some(p) = c.parameters.get(INTRA_OP_THREADS_PARAMETER)
+        && p.string_value.trim().parse::<usize>().is_err()
+    {
+        problems.push(format!(
+            "model '{name}' parameter '{INTRA_OP_THREADS_PARAMETER}': '{}' is not a number of threads \
+             (e.g. string_value: \"1\"; 0 = the server's default)",
+            p.string_value
+        ));
+    }
     let batcher = match &c.dynamic_batching {
         Some(d) if max_batch_size > 0 => BatcherConfig {
             enabled: true,
@@ -533,6 +543,34 @@ parameters { key: "infergate.adaptive_p99_us" value: { string_value: "fast" } }
             err.contains("'fast' is not a positive number") && err.contains("needs dynamic_batching"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn intra_op_thread_count_sets_the_threads_of_cpu_instances() {
+        let config = |value: &str| {
+            format!(
+                r#"
+name: "m"
+max_batch_size: 8
+platform: "onnxruntime_onnx"
+input [ {{ name: "x", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+output [ {{ name: "y", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{value}" }} }}
+"#
+            )
+        };
+        let spec = |value: &str| {
+            let c = infergate_config::parse_pbtxt(&config(value), Path::new("config.pbtxt")).unwrap();
+            to_spec(&c, &SpecDefaults::default())
+        };
+        assert_eq!(spec("1").unwrap().cpu_threads(), Some(1));
+        assert_eq!(
+            spec("0").unwrap().cpu_threads(),
+            None,
+            "0 keeps the server's default"
+        );
+        let err = spec("many").unwrap_err();
+        assert!(err.contains("'many' is not a number of threads"), "{err}");
     }
 
     #[test]

@@ -133,6 +133,22 @@ pub struct ModelSpec {
     pub parameters: BTreeMap<String, String>,
 }
 
+/// Triton's ONNX Runtime backend parameter for the threads of each CPU instance (`0` = the server's
+/// default, `--cpu-threads` or the engine's).
+pub const INTRA_OP_THREADS_PARAMETER: &str = "intra_op_thread_count";
+
+impl ModelSpec {
+    /// Threads of each CPU instance asked for by the config (`intra_op_thread_count`), when set above 0.
+    pub fn cpu_threads(&self) -> Option<usize> {
+        self.parameters
+            .get(INTRA_OP_THREADS_PARAMETER)?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+    }
+}
+
 impl IoSpec {
     /// The shape as metadata reports it: a leading -1 when the model batches.
     pub fn metadata_shape(&self, max_batch_size: usize) -> Vec<i64> {

@@ -186,7 +186,7 @@ impl LoadedVersion {
         };
         for (g, group) in groups.iter().enumerate() {
             for i in 0..group.count.max(1) {
-                let (session, kind) = new_session(model.clone(), group.kind, options)
+                let (session, kind) = new_session(model.clone(), group.kind, options, session_sizing(&spec))
                     .await
                     .map_err(|e| format!("instance_group[{g}] instance {i}: {e}"))?;
                 let session = Arc::new(session);
@@ -525,13 +525,34 @@ impl LoadedVersion {
     }
 }
 
+/// What a model's config says about its sessions.
+#[derive(Debug, Clone, Copy)]
+struct SessionSizing {
+    /// Threads of a CPU instance asked for by the model (`intra_op_thread_count`).
+    threads: Option<usize>,
+    /// Plans (one per distinct input shape) each session keeps.
+    plan_cache_size: usize,
+}
+
+/// The dynamic batcher forms batches of every size from 1 to `max_batch_size`, and the engine compiles
+/// one plan per input shape: a plan cache smaller than that evicts and recompiles plans all the time
+/// under load (tens of milliseconds each on a model like heavy_mlp), so it holds one plan per batch size.
+fn session_sizing(spec: &ModelSpec) -> SessionSizing {
+    SessionSizing {
+        threads: spec.cpu_threads(),
+        plan_cache_size: SessionOptions::default().plan_cache_size.max(spec.max_batch_size),
+    }
+}
+
 /// Creates one session for an instance group kind; returns it with its kind label.
 async fn new_session(
     model: Arc<Model>,
     kind: InstanceKind,
     options: &LoadOptions,
+    sizing: SessionSizing,
 ) -> Result<(Session, &'static str), String> {
-    let threads = options.cpu_threads;
+    // The model's `intra_op_thread_count` wins over the server-wide --cpu-threads.
+    let threads = sizing.threads.or(options.cpu_threads);
     let make = move |model: Arc<Model>, executor: ExecutorKind| {
         tokio::task::spawn_blocking(move || {
             Session::new(
@@ -539,7 +560,7 @@ async fn new_session(
                 SessionOptions {
                     executor,
                     threads,
-                    ..SessionOptions::default()
+                    plan_cache_size: sizing.plan_cache_size,
                 },
             )
         })

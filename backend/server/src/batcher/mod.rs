@@ -24,9 +24,11 @@ mod timer;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -214,8 +216,10 @@ pub struct Ticket<O, E> {
 struct Shared<E: BatchExecutor> {
     config: BatcherConfig,
     state: Mutex<State<E>>,
+    /// Wakes the scheduler task, which times queue delays and timeouts.
     wake: Notify,
     adaptive: Option<Mutex<AdaptiveController>>,
+    instances: Vec<Arc<E>>,
 }
 
 struct State<E: BatchExecutor> {
@@ -245,6 +249,25 @@ impl<E: BatchExecutor> Drop for Closer<E> {
         lock(&self.shared.state).closed = true;
         self.shared.wake.notify_one();
     }
+}
+
+/// A batch taken from the queue, and the instance it runs on.
+struct Dispatch<E: BatchExecutor> {
+    instance: usize,
+    seq: u64,
+    batch: Vec<Queued<E::Item, E::Output, E::Error>>,
+}
+
+/// What one look at the queue decided.
+struct Step<E: BatchExecutor> {
+    /// A batch to run now.
+    dispatch: Option<Dispatch<E>>,
+    /// When to look again if nothing happens first (a queue delay or a timeout running out).
+    wake_at: Option<Instant>,
+    /// Requests are still queued, or the batcher is closing: the scheduler has something to time.
+    look_again: bool,
+    /// Closed, with nothing queued or running: the scheduler may stop.
+    finished: bool,
 }
 
 /// What the scheduler should do next.
@@ -308,8 +331,9 @@ impl<E: BatchExecutor> Batcher<E> {
             config,
             wake: Notify::new(),
             adaptive,
+            instances,
         });
-        tokio::spawn(schedule(shared.clone(), instances));
+        tokio::spawn(schedule(shared.clone()));
         Batcher {
             _closer: Arc::new(Closer {
                 shared: shared.clone(),
@@ -369,7 +393,9 @@ impl<E: BatchExecutor> Batcher<E> {
                 },
             );
         }
-        self.shared.wake.notify_one();
+        // When an instance is free and the batch is due (no delay, or the request completed a batch),
+        // start it from here: waking the scheduler task first would cost a task switch per request.
+        self.shared.step_and_start(now);
         Ok(Ticket { rx })
     }
 
@@ -422,6 +448,65 @@ impl<E: BatchExecutor> Shared<E> {
                 (s.delay, s.max_batch_rows)
             }
             None => (self.config.max_queue_delay, self.config.max_batch_size),
+        }
+    }
+
+    /// Looks at the queue at `now`: moves timed-out requests to `expired` and, when an instance is free
+    /// and a batch is due, takes the batch and the instance.
+    fn step(&self, now: Instant, expired: &mut Vec<Queued<E::Item, E::Output, E::Error>>) -> Step<E> {
+        let (delay, cap) = self.limits();
+        let mut st = lock(&self.state);
+        loop {
+            st.queue.expire(now, expired);
+            let deadline = st.queue.next_deadline();
+            let mut step = Step {
+                dispatch: None,
+                wake_at: deadline,
+                look_again: false,
+                finished: false,
+            };
+            if !st.free.is_empty() {
+                // A closing or retired batcher gets no more requests: waiting for a batch to fill is
+                // pointless.
+                let delay = if st.closed || st.draining {
+                    Duration::ZERO
+                } else {
+                    delay
+                };
+                match plan(&self.config, &st.queue, now, delay, cap) {
+                    Plan::Dispatch(n) => {
+                        let batch = st.queue.take(n);
+                        if batch.is_empty() {
+                            // Every request of it had been abandoned by its caller: plan again.
+                            continue;
+                        }
+                        // `free` is non-empty (checked above).
+                        let instance = st.free.pop().unwrap_or_default();
+                        st.running += 1;
+                        let seq = st.next_batch_seq;
+                        st.next_batch_seq += 1;
+                        step.dispatch = Some(Dispatch { instance, seq, batch });
+                    }
+                    Plan::Wait(t) => step.wake_at = Some(deadline.map_or(t, |d| d.min(t))),
+                    Plan::Idle => step.finished = st.closed && st.running == 0,
+                }
+            }
+            step.look_again = st.queue.len() > 0 || st.closed;
+            return step;
+        }
+    }
+
+    /// [`Shared::step`] from outside the scheduler task (a submit, a finished batch): starts the batch
+    /// it took in a task of its own, and wakes the scheduler only when something is left to time.
+    fn step_and_start(self: &Arc<Self>, now: Instant) {
+        let mut expired = Vec::new();
+        let step = self.step(now, &mut expired);
+        respond_expired(expired, now);
+        if step.look_again || step.finished {
+            self.wake.notify_one();
+        }
+        if let Some(d) = step.dispatch {
+            tokio::spawn(run_batches(self.clone(), d));
         }
     }
 }
@@ -478,62 +563,22 @@ fn plan<I: BatchItem, O, E>(
     }
 }
 
-/// The scheduler task of one batcher.
-async fn schedule<E: BatchExecutor>(shared: Arc<Shared<E>>, instances: Vec<Arc<E>>) {
+/// The scheduler task of one batcher: it times queue delays and timeouts, and starts the batches they
+/// release (batches that are due when a request arrives or a batch finishes start from there).
+async fn schedule<E: BatchExecutor>(shared: Arc<Shared<E>>) {
     loop {
         let now = Instant::now();
-        let (delay, cap) = shared.limits();
-        let mut wake_at: Option<Instant> = None;
         let mut expired = Vec::new();
-        let mut dispatch = None;
-        {
-            let mut st = lock(&shared.state);
-            st.queue.expire(now, &mut expired);
-            if let Some(t) = st.queue.next_deadline() {
-                wake_at = Some(t);
-            }
-            if !st.free.is_empty() {
-                // A closing or retired batcher gets no more requests: waiting for a batch to fill is
-                // pointless.
-                let delay = if st.closed || st.draining {
-                    Duration::ZERO
-                } else {
-                    delay
-                };
-                match plan(&shared.config, &st.queue, now, delay, cap) {
-                    Plan::Dispatch(n) => {
-                        let batch = st.queue.take(n);
-                        if batch.is_empty() {
-                            // Every request of it had been abandoned by its caller: plan again.
-                            drop(st);
-                            respond_expired(expired, now);
-                            continue;
-                        }
-                        // `free` is non-empty (checked above).
-                        let instance = st.free.pop().unwrap_or_default();
-                        st.running += 1;
-                        let seq = st.next_batch_seq;
-                        st.next_batch_seq += 1;
-                        dispatch = Some((instance, seq, batch));
-                    }
-                    Plan::Wait(t) => wake_at = Some(wake_at.map_or(t, |w| w.min(t))),
-                    Plan::Idle => {
-                        if st.closed && st.running == 0 {
-                            drop(st);
-                            respond_expired(expired, now);
-                            return;
-                        }
-                    }
-                }
-            }
-        }
+        let step = shared.step(now, &mut expired);
         respond_expired(expired, now);
-        if let Some((instance, seq, batch)) = dispatch {
-            let exec = instances[instance].clone();
-            tokio::spawn(run_batch(shared.clone(), exec, instance, seq, batch));
+        if let Some(d) = step.dispatch {
+            tokio::spawn(run_batches(shared.clone(), d));
             continue;
         }
-        match wake_at {
+        if step.finished {
+            return;
+        }
+        match step.wake_at {
             Some(t) if shared.config.precise_timer => {
                 tokio::select! {
                     _ = shared.wake.notified() => {}
@@ -561,14 +606,31 @@ fn respond_expired<I, O, E>(expired: Vec<Queued<I, O, E>>, now: Instant) {
     }
 }
 
-/// Executes one batch on one instance, answers its requests and frees the instance.
-async fn run_batch<E: BatchExecutor>(
-    shared: Arc<Shared<E>>,
-    exec: Arc<E>,
-    instance: usize,
-    seq: u64,
-    batch: Vec<Queued<E::Item, E::Output, E::Error>>,
-) {
+/// Executes a batch on its instance, answers its requests and frees the instance; then, while another
+/// batch is due, runs that one too (in this task: no hand-over to the scheduler between batches).
+async fn run_batches<E: BatchExecutor>(shared: Arc<Shared<E>>, first: Dispatch<E>) {
+    let mut next = Some(first);
+    while let Some(d) = next.take() {
+        let ready = run_batch(&shared, d).await;
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        let step = shared.step(now, &mut expired);
+        if (step.look_again && step.dispatch.is_none()) || step.finished {
+            shared.wake.notify_one();
+        }
+        for (tx, completion) in ready {
+            let _ = tx.send(completion);
+        }
+        respond_expired(expired, now);
+        next = step.dispatch;
+    }
+}
+
+/// Executes one batch, frees its instance and returns the answers that may leave now (with
+/// `preserve_ordering`, those of earlier batches that were waiting for this one too).
+async fn run_batch<E: BatchExecutor>(shared: &Shared<E>, d: Dispatch<E>) -> Vec<Waiter<E::Output, E::Error>> {
+    let Dispatch { instance, seq, batch } = d;
+    let exec = shared.instances[instance].clone();
     let start = Instant::now();
     let rows: usize = batch.iter().map(|q| q.rows).sum();
     let mut senders = Vec::with_capacity(batch.len());
@@ -578,9 +640,8 @@ async fn run_batch<E: BatchExecutor>(
         items.push(q.item);
     }
     let n = items.len();
-    // The executor future runs in its own task so that a panic inside it answers the batch with
-    // `Dropped` instead of stranding the instance.
-    let result = match tokio::spawn(async move { exec.execute(items).await }).await {
+    // A panic inside the executor answers the batch with `Dropped` instead of stranding the instance.
+    let result = match AssertUnwindSafe(exec.execute(items)).catch_unwind().await {
         Ok(Ok(outputs)) if outputs.len() == n => Ok(outputs),
         Ok(Ok(outputs)) => {
             tracing::error!(
@@ -591,7 +652,10 @@ async fn run_batch<E: BatchExecutor>(
             Err(Rejected::Dropped)
         }
         Ok(Err(e)) => Err(Rejected::Execution(e)),
-        Err(_) => Err(Rejected::Dropped),
+        Err(_) => {
+            tracing::error!("a model instance panicked while executing a batch");
+            Err(Rejected::Dropped)
+        }
     };
     let exec_time = start.elapsed();
     if let Some(a) = &shared.adaptive {
@@ -628,30 +692,23 @@ async fn run_batch<E: BatchExecutor>(
             }
         }
     }
-    let ready = {
-        let mut st = lock(&shared.state);
-        st.free.push(instance);
-        st.running -= 1;
-        if shared.config.preserve_ordering {
-            st.order.done.insert(seq, waiters);
-            let mut ready = Vec::new();
-            loop {
-                let next = st.order.next;
-                match st.order.done.remove(&next) {
-                    Some(w) => {
-                        ready.extend(w);
-                        st.order.next += 1;
-                    }
-                    None => break,
-                }
-            }
-            ready
-        } else {
-            waiters
-        }
-    };
-    for (tx, completion) in ready {
-        let _ = tx.send(completion);
+    let mut st = lock(&shared.state);
+    st.free.push(instance);
+    st.running -= 1;
+    if !shared.config.preserve_ordering {
+        return waiters;
     }
-    shared.wake.notify_one();
+    st.order.done.insert(seq, waiters);
+    let mut ready = Vec::new();
+    loop {
+        let next = st.order.next;
+        match st.order.done.remove(&next) {
+            Some(w) => {
+                ready.extend(w);
+                st.order.next += 1;
+            }
+            None => break,
+        }
+    }
+    ready
 }

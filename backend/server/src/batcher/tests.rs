@@ -40,6 +40,7 @@ struct Exec {
     fail: bool,
     origin: Instant,
     slow_id: Option<(usize, Duration)>,
+    panic_id: Option<usize>,
 }
 
 impl BatchExecutor for Exec {
@@ -62,6 +63,9 @@ impl BatchExecutor for Exec {
             cost += extra;
         }
         tokio::time::sleep(cost).await;
+        if self.panic_id.is_some_and(|p| ids.contains(&p)) {
+            panic!("instance {} panicked", self.instance);
+        }
         if self.fail {
             return Err(format!("instance {} failed", self.instance));
         }
@@ -95,6 +99,7 @@ impl Harness {
                     fail: false,
                     origin,
                     slow_id: None,
+                    panic_id: None,
                 };
                 tweak(&mut e);
                 e
@@ -446,6 +451,20 @@ async fn an_execution_error_reaches_every_request_of_the_batch() {
         );
         assert_eq!(c.batch_rows, 3);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_instance_answers_its_batch_with_dropped_and_keeps_serving() {
+    let mut h = Harness::with(batching(4, 5), 1, |e| e.panic_id = Some(1));
+    let doomed: Vec<_> = (0..3).map(|_| h.send().1).collect();
+    for t in doomed {
+        let c = t.await;
+        assert_eq!(c.result, Err(Rejected::Dropped));
+        assert_eq!(c.batch_rows, 3);
+    }
+    // The instance came back: the next batch runs on it.
+    let (id, t) = h.send();
+    assert_eq!(t.await.result, Ok((0, id)));
 }
 
 #[tokio::test(start_paused = true)]

@@ -15,9 +15,11 @@ from conftest import tool
 def test_perf_analyzer_runs_and_reports(backend, tmp_path, protocol):
     url = backend.http if protocol == "http" else backend.grpc
     out = tmp_path / f"pa-{protocol}.csv"
+    # Stability is not under test: on a shared machine the p99 of 50 samples can swing past any sane
+    # threshold, so the threshold is set far above any swing.
     argv = [tool("perf-analyzer"), "-m", "add_sub", "-u", url, "-i", protocol, "--concurrency-range", "1:2",
             "--measurement-mode", "count_windows", "--measurement-request-count", "50", "--max-trials", "3",
-            "--stability-percentage", "999", "--percentile", "99", "-f", str(out)]
+            "--stability-percentage", "100000", "--percentile", "99", "-f", str(out)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, f"perf_analyzer failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert "error" not in r.stdout.lower(), r.stdout[-3000:]
