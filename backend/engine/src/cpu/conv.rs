@@ -1,8 +1,13 @@
-//! Convolution: im2col + GEMM, direct 1×1 GEMM, direct depthwise; ConvTranspose via col2im.
+//! Convolution: GEMM over the im2col matrix (read block by block, never built for 2-D), direct
+//! GEMM for 1×1 convolutions, the direct depthwise kernel; ConvTranspose via col2im.
 
 use rayon::prelude::*;
 
+use crate::cpu::depthwise::depthwise2d;
+use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
+use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA};
+use crate::cpu::simd::Isa;
 use crate::error::Result;
 
 /// Geometry of an N-d convolution.
@@ -27,57 +32,13 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
     }
 }
 
-/// im2col for one image and one group: rows (c, k…) × columns (output positions).
-fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, cg: usize, col: &mut [f32]) {
+/// im2col for one image and one group of an N-d convolution: rows (c, k…) × columns (output
+/// positions). 2-D convolutions read the matrix block by block instead ([`Im2col`]).
+fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, col: &mut [f32]) {
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();
     let ns = g.in_sp.len();
-    if ns == 2 {
-        let (ih_n, iw_n) = (g.in_sp[0], g.in_sp[1]);
-        let (oh_n, ow_n) = (g.out_sp[0], g.out_sp[1]);
-        let (kh_n, kw_n) = (g.kernel[0], g.kernel[1]);
-        let (sh, sw) = (g.strides[0], g.strides[1]);
-        let (dh, dw) = (g.dilations[0], g.dilations[1]);
-        let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
-        col.par_chunks_mut(out_len).enumerate().for_each(|(row, dst)| {
-            let ci = row / klen;
-            let kk = row % klen;
-            let (kh, kw) = (kk / kw_n, kk % kw_n);
-            let _ = kh_n;
-            let src = &x[(c0 + ci) * in_len..(c0 + ci + 1) * in_len];
-            for oh in 0..oh_n {
-                let ih = (oh * sh + kh * dh) as isize - pt;
-                let d = &mut dst[oh * ow_n..(oh + 1) * ow_n];
-                if ih < 0 || ih >= ih_n as isize {
-                    d.fill(0.0);
-                    continue;
-                }
-                let srow = &src[ih as usize * iw_n..(ih as usize + 1) * iw_n];
-                let base = (kw * dw) as isize - pl;
-                if sw == 1 {
-                    for (ow, v) in d.iter_mut().enumerate() {
-                        let iw = base + ow as isize;
-                        *v = if iw >= 0 && (iw as usize) < iw_n {
-                            srow[iw as usize]
-                        } else {
-                            0.0
-                        };
-                    }
-                } else {
-                    for (ow, v) in d.iter_mut().enumerate() {
-                        let iw = base + (ow * sw) as isize;
-                        *v = if iw >= 0 && (iw as usize) < iw_n {
-                            srow[iw as usize]
-                        } else {
-                            0.0
-                        };
-                    }
-                }
-            }
-        });
-        return;
-    }
     col.par_chunks_mut(out_len).enumerate().for_each(|(row, dst)| {
         let ci = row / klen;
         let mut kc = vec![0; ns];
@@ -99,68 +60,122 @@ fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, cg: usize, col: &mut [f32]) {
             *v = if inside { src[idx] } else { 0.0 };
         }
     });
-    let _ = cg;
 }
 
-/// Depthwise 2-D convolution (group == C == M, one filter per channel).
-fn depthwise2d(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &ConvGeom<'_>, out: &mut [f32]) {
-    let (ih_n, iw_n) = (g.in_sp[0], g.in_sp[1]);
-    let (oh_n, ow_n) = (g.out_sp[0], g.out_sp[1]);
-    let (kh_n, kw_n) = (g.kernel[0], g.kernel[1]);
-    let (sh, sw) = (g.strides[0], g.strides[1]);
-    let (dh, dw) = (g.dilations[0], g.dilations[1]);
-    let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
-    let plane_in = ih_n * iw_n;
-    let plane_out = oh_n * ow_n;
-    out.par_chunks_mut(plane_out).enumerate().for_each(|(nc, dst)| {
-        let c = nc % g.c;
-        let src = &x[nc * plane_in..(nc + 1) * plane_in];
-        let wk = &w[c * kh_n * kw_n..(c + 1) * kh_n * kw_n];
-        let b = bias.map_or(0.0, |b| b[c]);
-        dst.fill(b);
-        // valid ow range for each kw: iw = ow*sw + kw*dw - pl in [0, iw_n)
-        for oh in 0..oh_n {
-            let drow = &mut dst[oh * ow_n..(oh + 1) * ow_n];
-            for kh in 0..kh_n {
-                let ih = (oh * sh + kh * dh) as isize - pt;
-                if ih < 0 || ih >= ih_n as isize {
+impl ConvGeom<'_> {
+    /// True for a depthwise 2-D convolution (one filter per channel), run by `depthwise2d`.
+    pub(crate) fn is_depthwise(&self) -> bool {
+        self.group > 1 && self.group == self.c && self.group == self.m && self.in_sp.len() == 2
+    }
+
+    fn pointwise(&self) -> bool {
+        let in_len: usize = self.in_sp.iter().product();
+        let out_len: usize = self.out_sp.iter().product();
+        self.kernel.iter().all(|&k| k == 1)
+            && self.strides.iter().all(|&s| s == 1)
+            && self.pads.iter().all(|&p| p == 0)
+            && in_len == out_len
+    }
+}
+
+/// The weights `w` ([M, C/group, k…]) of each group packed as the A operand of the product.
+pub(crate) fn pack_weights(w: &[f32], m: usize, group: usize, isa: Isa) -> Result<Vec<PackedA>> {
+    let mg = m / group.max(1);
+    let kdim = w.len() / m.max(1);
+    (0..group)
+        .map(|gi| {
+            let wm = MatRef {
+                data: w,
+                off: gi * mg * kdim,
+                rs: kdim,
+                cs: 1,
+            };
+            PackedA::pack(wm, mg, kdim, 1.0, isa)
+        })
+        .collect()
+}
+
+/// One image's im2col matrix of a 2-D convolution, rows (c, ky, kx) from channel `c0`, columns
+/// output positions, read block by block.
+struct Im2col<'a> {
+    x: &'a [f32],
+    c0: usize,
+    g: &'a ConvGeom<'a>,
+}
+
+impl BSource for Im2col<'_> {
+    fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) {
+        let g = self.g;
+        let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
+        let ow = g.out_sp[1];
+        let (kh, kw) = (g.kernel[0], g.kernel[1]);
+        let (sh, sw) = (g.strides[0], g.strides[1]);
+        let (dh, dw) = (g.dilations[0], g.dilations[1]);
+        let (pt, pl) = (g.pads[0], g.pads[1]);
+        let klen = kh * kw;
+        for (kk, d) in dst.chunks_exact_mut(w).take(kl).enumerate() {
+            let row = k0 + kk;
+            let (ci, r) = (row / klen, row % klen);
+            let (ky, kx) = (r / kw, r % kw);
+            let src = &self.x[(self.c0 + ci) * ih * iw..(self.c0 + ci + 1) * ih * iw];
+            d[nr..].fill(0.0);
+            let mut p = n0;
+            while p < n0 + nr {
+                let (oy, ox0) = (p / ow, p % ow);
+                let run = (ow - ox0).min(n0 + nr - p);
+                let seg = &mut d[p - n0..p - n0 + run];
+                p += run;
+                let Some(iy) = (oy * sh + ky * dh).checked_sub(pt).filter(|&iy| iy < ih) else {
+                    seg.fill(0.0);
                     continue;
-                }
-                let srow = &src[ih as usize * iw_n..(ih as usize + 1) * iw_n];
-                for kw in 0..kw_n {
-                    let wv = wk[kh * kw_n + kw];
-                    let off = (kw * dw) as isize - pl;
-                    // ow_lo: first ow with off + ow*sw >= 0
-                    let ow_lo = if off >= 0 {
-                        0
-                    } else {
-                        ((-off) as usize).div_ceil(sw)
-                    };
-                    // ow_hi: first ow with off + ow*sw >= iw_n
-                    let lim = iw_n as isize - off;
-                    let ow_hi = if lim <= 0 {
-                        0
-                    } else {
-                        (lim as usize).div_ceil(sw).min(ow_n)
-                    };
-                    if sw == 1 {
-                        let s0 = (off + ow_lo as isize) as usize;
-                        for (d, s) in drow[ow_lo..ow_hi.max(ow_lo)].iter_mut().zip(&srow[s0..]) {
-                            *d += wv * s;
-                        }
-                    } else {
-                        for ow in ow_lo..ow_hi {
-                            drow[ow] += wv * srow[(off + (ow * sw) as isize) as usize];
-                        }
+                };
+                let srow = &src[iy * iw..(iy + 1) * iw];
+                // input column of output column ox: ox·sw + kx·dw − pl
+                let base = kx * dw;
+                if sw == 1 {
+                    // valid ox: pl ≤ ox + base < iw + pl
+                    let lo = pl.saturating_sub(base).clamp(ox0, ox0 + run);
+                    let hi = (iw + pl).saturating_sub(base).clamp(lo, ox0 + run);
+                    seg[..lo - ox0].fill(0.0);
+                    seg[lo - ox0..hi - ox0].copy_from_slice(&srow[lo + base - pl..hi + base - pl]);
+                    seg[hi - ox0..].fill(0.0);
+                } else {
+                    for (t, v) in seg.iter_mut().enumerate() {
+                        *v = ((ox0 + t) * sw + base)
+                            .checked_sub(pl)
+                            .and_then(|ix| srow.get(ix))
+                            .copied()
+                            .unwrap_or(0.0);
                     }
                 }
             }
         }
-    });
+    }
 }
 
-/// Conv of f32 data; `out` has N×M×out_len elements.
-pub(crate) fn conv_f32(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &ConvGeom<'_>) -> Result<Vec<f32>> {
+/// Conv of f32 data, then `epi` (rows are output channel planes); `out` has N×M×out_len elements.
+/// `packed`: the weights as [`pack_weights`] made them (at plan time), if available.
+pub(crate) fn conv_f32(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &ConvGeom<'_>,
+    epi: &Epi<'_>,
+    packed: Option<&[PackedA]>,
+) -> Result<Vec<f32>> {
+    conv_isa(crate::cpu::simd::isa(), x, w, bias, g, epi, packed)
+}
+
+/// [`conv_f32`] with the kernels of `isa` (tests compare them).
+fn conv_isa(
+    isa: Isa,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &ConvGeom<'_>,
+    epi: &Epi<'_>,
+    packed: Option<&[PackedA]>,
+) -> Result<Vec<f32>> {
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();
@@ -168,58 +183,68 @@ pub(crate) fn conv_f32(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &ConvGeom<
     if out.is_empty() {
         return Ok(out);
     }
-    if g.group == g.c && g.group == g.m && g.in_sp.len() == 2 && g.group > 1 {
-        depthwise2d(x, w, bias, g, &mut out);
+    if g.is_depthwise() {
+        depthwise2d(isa, x, w, bias, g, epi, &mut out);
         return Ok(out);
     }
     let cg = g.c / g.group;
     let mg = g.m / g.group;
     let kdim = cg * klen;
-    let pointwise =
-        klen == 1 && g.strides.iter().all(|&s| s == 1) && g.pads.iter().all(|&p| p == 0) && in_len == out_len;
+    let owned;
+    let pw = match packed {
+        Some(p) if p.len() == g.group && p.iter().all(|a| a.m() == mg && a.isa() == isa) => p,
+        _ => {
+            owned = pack_weights(w, g.m, g.group, isa)?;
+            owned.as_slice()
+        }
+    };
+    let pointwise = g.pointwise();
     let parallel_images = g.n >= rayon::current_num_threads() && g.n > 1;
     let run_image = |ni: usize, dst: &mut [f32], parallel: bool| -> Result<()> {
         let ximg = &x[ni * g.c * in_len..(ni + 1) * g.c * in_len];
-        let mut col = if pointwise {
+        let mut col = if pointwise || g.in_sp.len() == 2 {
             Vec::new()
         } else {
             vec![0f32; kdim * out_len]
         };
         for gi in 0..g.group {
             let dst_g = &mut dst[gi * mg * out_len..(gi + 1) * mg * out_len];
-            let wmat = MatRef {
-                data: w,
-                off: gi * mg * kdim,
-                rs: kdim,
-                cs: 1,
+            let init = bias.map_or(Init::Zero, |b| Init::Row(&b[gi * mg..(gi + 1) * mg]));
+            let tail = epi.offset(ni * g.m + gi * mg);
+            let product = |src: &dyn BSource, dst_g: &mut [f32]| {
+                let b = BOp::Src {
+                    src,
+                    k: kdim,
+                    n: out_len,
+                };
+                mm::gemm(&pw[gi], b, dst_g, out_len, init, &tail, parallel)
             };
             if pointwise {
-                let xmat = MatRef {
+                let xm = MatRef {
                     data: ximg,
                     off: gi * cg * in_len,
                     rs: in_len,
                     cs: 1,
                 };
-                sgemm(
-                    mg, out_len, kdim, wmat, xmat, dst_g, out_len, 1.0, false, parallel,
+                product(&DenseB::new(xm, kdim, out_len)?, dst_g)?;
+            } else if g.in_sp.len() == 2 {
+                product(
+                    &Im2col {
+                        x: ximg,
+                        c0: gi * cg,
+                        g,
+                    },
+                    dst_g,
                 )?;
             } else {
-                im2col(ximg, g, gi * cg, cg, &mut col);
-                let cmat = MatRef {
+                im2col(ximg, g, gi * cg, &mut col);
+                let cm = MatRef {
                     data: &col,
                     off: 0,
                     rs: out_len,
                     cs: 1,
                 };
-                sgemm(
-                    mg, out_len, kdim, wmat, cmat, dst_g, out_len, 1.0, false, parallel,
-                )?;
-            }
-        }
-        if let Some(b) = bias {
-            for (mi, row) in dst.chunks_mut(out_len).enumerate() {
-                let bv = b[mi];
-                row.iter_mut().for_each(|v| *v += bv);
+                product(&DenseB::new(cm, kdim, out_len)?, dst_g)?;
             }
         }
         Ok(())
@@ -303,3 +328,6 @@ pub(crate) fn conv_transpose_f32(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use crate::cpu::buf::Buf;
+use crate::cpu::epilogue::unary_slice;
 use crate::cpu::num::{Num, erf, erf_f32};
 use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, UnaryOp};
@@ -129,17 +130,6 @@ fn map_vec<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + 
     }
 }
 
-/// Apply a unary function in place to an f32 slice.
-pub(crate) fn unary_f32_inplace(u: UnaryOp, v: &mut [f32]) {
-    if v.len() >= PAR_MIN {
-        v.par_iter_mut()
-            .with_min_len(PAR_MIN / 4)
-            .for_each(|x| *x = unary_f32(u, *x));
-    } else {
-        v.iter_mut().for_each(|x| *x = unary_f32(u, *x));
-    }
-}
-
 fn int_unary<T: Num>(u: UnaryOp, v: &[T]) -> Result<Vec<T>> {
     Ok(match u {
         UnaryOp::Abs => map_vec(v, |x| x.abs()),
@@ -171,7 +161,15 @@ fn int_unary<T: Num>(u: UnaryOp, v: &[T]) -> Result<Vec<T>> {
 /// A unary op on any buffer.
 pub(crate) fn unary(u: UnaryOp, x: &Buf) -> Result<Buf> {
     Ok(match x {
-        Buf::F32(v) => Buf::F32(map_vec(v, |a| unary_f32(u, a))),
+        Buf::F32(v) => {
+            let mut y = v.clone();
+            if y.len() >= PAR_MIN {
+                y.par_chunks_mut(PAR_MIN / 4).for_each(|c| unary_slice(u, c));
+            } else {
+                unary_slice(u, &mut y);
+            }
+            Buf::F32(y)
+        }
         Buf::F64(v) => Buf::F64(map_vec(v, |a| unary_f64(u, a))),
         Buf::F16(v) => Buf::F16(map_vec(v, |a| half::f16::from_f32(unary_f32(u, a.to_f32())))),
         Buf::BF16(v) => Buf::BF16(map_vec(v, |a| half::bf16::from_f32(unary_f32(u, a.to_f32())))),

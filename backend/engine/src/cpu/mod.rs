@@ -1,17 +1,23 @@
-//! The CPU executor: runs concrete graphs with our own kernels (the `gemm` crate for matrix
-//! products, rayon for parallelism). Also evaluates host-side nodes during specialisation.
+//! The CPU executor: runs concrete graphs with our own kernels (AVX-512/AVX2 micro-kernels for
+//! matrix products, the `gemm` crate elsewhere; rayon for parallelism). Also evaluates host-side
+//! nodes during specialisation.
 
 mod buf;
 mod conv;
+mod depthwise;
 mod elementwise;
+mod epilogue;
 mod exec;
 mod gemm;
+mod matmul;
+mod mm;
 mod movement;
 mod norm;
 mod num;
 mod pool;
 mod reduce;
 mod rnn;
+mod simd;
 
 use std::sync::{Arc, Mutex};
 
@@ -62,11 +68,12 @@ pub(crate) fn eval_host(
     Ok(out)
 }
 
-/// A specialised plan with its constants converted once.
+/// A specialised plan with its constants converted once (weights packed for the matrix products).
 struct CpuPlan {
     graph: ConcreteGraph,
     consts: Vec<Option<Arc<Buf>>>,
     last_use: Vec<Option<usize>>,
+    prepared: Vec<Option<exec::Prepared>>,
 }
 
 impl CpuPlan {
@@ -76,12 +83,58 @@ impl CpuPlan {
             consts[id.0] = Some(Arc::new(Buf::from_tensor(t)?));
         }
         let last_use = graph.last_uses();
+        let prepared = graph
+            .nodes
+            .iter()
+            .map(|node| prepare(&graph, &consts, node))
+            .collect::<Result<_>>()?;
         Ok(CpuPlan {
             graph,
             consts,
             last_use,
+            prepared,
         })
     }
+}
+
+/// Pack a node's constant f32 weights for its kernel: a Conv's filters (unless depthwise), a
+/// MatMul's or Gemm's 2-D right-hand side.
+fn prepare(
+    g: &ConcreteGraph,
+    consts: &[Option<Arc<Buf>>],
+    node: &crate::ir::Node,
+) -> Result<Option<exec::Prepared>> {
+    use crate::ir::Op;
+    let isa = simd::isa();
+    let constant = |i: usize| -> Option<(&[f32], &[usize])> {
+        let v = node.input(i)?;
+        match consts[v.0].as_deref() {
+            Some(Buf::F32(d)) => Some((d.as_slice(), g.values[v.0].shape.as_slice())),
+            _ => None,
+        }
+    };
+    let input_shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
+    Ok(match &node.op {
+        Op::Conv { group, .. } => {
+            let (Some((w, sw)), Some(sx)) = (constant(1), input_shape(0)) else {
+                return Ok(None);
+            };
+            let depthwise = *group > 1 && sx.get(1) == Some(group) && sw.first() == Some(group);
+            if depthwise || sx.len() != sw.len() {
+                return Ok(None);
+            }
+            Some(exec::Prepared::ConvWeights(conv::pack_weights(
+                w, sw[0], *group, isa,
+            )?))
+        }
+        Op::MatMul { trans_b, .. } | Op::Gemm { trans_b, .. } => match constant(1) {
+            Some((b, sb)) if sb.len() == 2 => {
+                Some(exec::Prepared::Rhs(matmul::pack_rhs(b, sb, *trans_b, isa)?))
+            }
+            _ => None,
+        },
+        _ => None,
+    })
 }
 
 enum Slot {
@@ -253,7 +306,7 @@ impl Inner {
                         node.name
                     )));
                 }
-                exec::exec(&node.op, &ins, &outs)
+                exec::exec_prepared(&node.op, &ins, &outs, plan.prepared[ni].as_ref())
                     .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
             };
             for (o, b) in node.outputs.iter().zip(result) {
