@@ -7,7 +7,7 @@ use crate::cpu::depthwise::depthwise2d;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
 use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA};
-use crate::cpu::simd::Isa;
+use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
 
 /// Geometry of an N-d convolution.
@@ -62,6 +62,29 @@ fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, col: &mut [f32]) {
     });
 }
 
+/// `dst[j] = src[first + j·step]` for every `j` of `dst` (the valid part of a padded row).
+#[inline(always)]
+pub(crate) fn strided_copy(dst: &mut [f32], src: &[f32], step: usize, first: usize) {
+    if dst.is_empty() {
+        return;
+    }
+    if step == 1 {
+        dst.copy_from_slice(&src[first..first + dst.len()]);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src[first..].iter().step_by(step)) {
+            *d = *s;
+        }
+    }
+}
+
+/// Columns `lo..hi` of a phase row whose padded column `j·step + q` is input column
+/// `j·step + q − pad` inside `0..len`, clipped to `0..width`.
+pub(crate) fn valid_range(step: usize, q: usize, pad: usize, len: usize, width: usize) -> (usize, usize) {
+    let lo = pad.saturating_sub(q).div_ceil(step).min(width);
+    let hi = (pad + len).saturating_sub(q).div_ceil(step).clamp(lo, width);
+    (lo, hi)
+}
+
 impl ConvGeom<'_> {
     /// True for a depthwise 2-D convolution (one filter per channel), run by `depthwise2d`.
     pub(crate) fn is_depthwise(&self) -> bool {
@@ -101,56 +124,67 @@ struct Im2col<'a> {
     x: &'a [f32],
     c0: usize,
     g: &'a ConvGeom<'a>,
+    isa: Isa,
 }
 
 impl BSource for Im2col<'_> {
     fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) {
-        let g = self.g;
-        let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
-        let ow = g.out_sp[1];
-        let (kh, kw) = (g.kernel[0], g.kernel[1]);
-        let (sh, sw) = (g.strides[0], g.strides[1]);
-        let (dh, dw) = (g.dilations[0], g.dilations[1]);
-        let (pt, pl) = (g.pads[0], g.pads[1]);
-        let klen = kh * kw;
-        for (kk, d) in dst.chunks_exact_mut(w).take(kl).enumerate() {
-            let row = k0 + kk;
-            let (ci, r) = (row / klen, row % klen);
-            let (ky, kx) = (r / kw, r % kw);
-            let src = &self.x[(self.c0 + ci) * ih * iw..(self.c0 + ci + 1) * ih * iw];
-            d[nr..].fill(0.0);
-            let mut p = n0;
-            while p < n0 + nr {
-                let (oy, ox0) = (p / ow, p % ow);
-                let run = (ow - ox0).min(n0 + nr - p);
-                let seg = &mut d[p - n0..p - n0 + run];
-                p += run;
-                let Some(iy) = (oy * sh + ky * dh).checked_sub(pt).filter(|&iy| iy < ih) else {
-                    seg.fill(0.0);
-                    continue;
-                };
-                let srow = &src[iy * iw..(iy + 1) * iw];
-                // input column of output column ox: ox·sw + kx·dw − pl
-                let base = kx * dw;
-                if sw == 1 {
-                    // valid ox: pl ≤ ox + base < iw + pl
-                    let lo = pl.saturating_sub(base).clamp(ox0, ox0 + run);
-                    let hi = (iw + pl).saturating_sub(base).clamp(lo, ox0 + run);
-                    seg[..lo - ox0].fill(0.0);
-                    seg[lo - ox0..hi - ox0].copy_from_slice(&srow[lo + base - pl..hi + base - pl]);
-                    seg[hi - ox0..].fill(0.0);
-                } else {
-                    for (t, v) in seg.iter_mut().enumerate() {
-                        *v = ((ox0 + t) * sw + base)
-                            .checked_sub(pl)
-                            .and_then(|ix| srow.get(ix))
-                            .copied()
-                            .unwrap_or(0.0);
-                    }
-                }
+        im2col_block(self.isa, self, k0, kl, n0, nr, w, dst);
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn im2col_block_body<const FMA: bool>(
+    src: &Im2col<'_>,
+    k0: usize,
+    kl: usize,
+    n0: usize,
+    nr: usize,
+    w: usize,
+    dst: &mut [f32],
+) {
+    let g = src.g;
+    let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
+    let ow = g.out_sp[1];
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (pt, pl) = (g.pads[0], g.pads[1]);
+    let klen = kh * kw;
+    for (kk, d) in dst.chunks_exact_mut(w).take(kl).enumerate() {
+        let row = k0 + kk;
+        let (ci, r) = (row / klen, row % klen);
+        let (ky, kx) = (r / kw, r % kw);
+        let plane = &src.x[(src.c0 + ci) * ih * iw..(src.c0 + ci + 1) * ih * iw];
+        d[nr..].fill(0.0);
+        // output columns whose input column ox·sw + kx·dw − pl is inside the row
+        let (lo, hi) = valid_range(sw, kx * dw, pl, iw, ow);
+        let mut p = n0;
+        while p < n0 + nr {
+            let (oy, ox0) = (p / ow, p % ow);
+            let run = (ow - ox0).min(n0 + nr - p);
+            let seg = &mut d[p - n0..p - n0 + run];
+            p += run;
+            let Some(iy) = (oy * sh + ky * dh).checked_sub(pt).filter(|&iy| iy < ih) else {
+                seg.fill(0.0);
+                continue;
+            };
+            let srow = &plane[iy * iw..(iy + 1) * iw];
+            let a = lo.clamp(ox0, ox0 + run);
+            let b = hi.clamp(a, ox0 + run);
+            seg[..a - ox0].fill(0.0);
+            if b > a {
+                strided_copy(&mut seg[a - ox0..b - ox0], srow, sw, a * sw + kx * dw - pl);
             }
+            seg[b - ox0..].fill(0.0);
         }
     }
+}
+
+multiversion! {
+    #[allow(clippy::too_many_arguments)]
+    fn im2col_block(src: &Im2col<'_>, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) = im2col_block_body;
 }
 
 /// Conv of f32 data, then `epi` (rows are output channel planes); `out` has N×M×out_len elements.
@@ -233,6 +267,7 @@ fn conv_isa(
                         x: ximg,
                         c0: gi * cg,
                         g,
+                        isa,
                     },
                     dst_g,
                 )?;

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use crate::cpu::conv::ConvGeom;
+use crate::cpu::conv::{ConvGeom, strided_copy, valid_range};
 use crate::cpu::epilogue::Epi;
 use crate::cpu::simd::{Isa, fmadd, multiversion};
 
@@ -83,6 +83,14 @@ pub(crate) fn depthwise2d(
         return;
     }
     let min_len = (TASK_MACS / (plane_out * klen).max(1)).max(1);
+    // offset of each tap (ky, kx) in the scratch plane from the first value an output reads
+    let taps: Vec<usize> = (0..klen)
+        .map(|t| {
+            let (ky, kx) = (t / p.kw, t % p.kw);
+            let off = kx * p.dw;
+            (ky * p.dh * p.sw + off % p.sw) * p.pw + off / p.sw
+        })
+        .collect();
     out.par_chunks_mut(plane_out)
         .enumerate()
         .with_min_len(min_len)
@@ -95,6 +103,7 @@ pub(crate) fn depthwise2d(
                 &w[c * klen..(c + 1) * klen],
                 b,
                 p,
+                &taps,
                 scratch,
                 dst,
             );
@@ -108,50 +117,40 @@ fn plane_body<const FMA: bool>(
     wk: &[f32],
     b: f32,
     p: Plane,
+    taps: &[usize],
     scratch: &mut Vec<f32>,
     dst: &mut [f32],
 ) {
     let (sw, pw) = (p.sw, p.pw);
-    scratch.clear();
-    scratch.resize(p.rows * sw * pw, 0.0);
-    // padded, phase-split copy of the plane
+    let size = p.rows * sw * pw;
+    if scratch.len() != size {
+        // The padding is written once per geometry; only the valid part changes between planes.
+        scratch.clear();
+        scratch.resize(size, 0.0);
+    }
     for r in 0..p.rows {
         let Some(iy) = r.checked_sub(p.pt).filter(|&iy| iy < p.ih) else {
             continue;
         };
         let srow = &src[iy * p.iw..(iy + 1) * p.iw];
         for q in 0..sw {
+            let (lo, hi) = valid_range(sw, q, p.pl, p.iw, pw);
             let drow = &mut scratch[(r * sw + q) * pw..(r * sw + q + 1) * pw];
-            if sw == 1 {
-                // drow[j] = srow[j - pl]
-                let j0 = p.pl.min(pw);
-                let j1 = (p.pl + p.iw).min(pw);
-                drow[j0..j1].copy_from_slice(&srow[..j1 - j0]);
-            } else {
-                for (j, d) in drow.iter_mut().enumerate() {
-                    if let Some(ix) = (j * sw + q).checked_sub(p.pl).filter(|&ix| ix < p.iw) {
-                        *d = srow[ix];
-                    }
-                }
-            }
+            strided_copy(&mut drow[lo..hi], srow, sw, (lo * sw + q).saturating_sub(p.pl));
         }
     }
     for oy in 0..p.oh {
         let drow = &mut dst[oy * p.ow..(oy + 1) * p.ow];
+        let row0 = oy * p.sh * sw * pw;
         for ox0 in (0..p.ow).step_by(V) {
             let mut acc = [b; V];
-            for ky in 0..p.kh {
-                let r = oy * p.sh + ky * p.dh;
-                for kx in 0..p.kw {
-                    let off = kx * p.dw;
-                    let base = (r * sw + off % sw) * pw + ox0 + off / sw;
-                    let Some(s) = scratch.get(base..base + V) else {
-                        continue;
-                    };
-                    let wv = wk[ky * p.kw + kx];
-                    for (a, &s) in acc.iter_mut().zip(s) {
-                        *a = fmadd::<FMA>(s, wv, *a);
-                    }
+            for (&off, &wv) in taps.iter().zip(wk) {
+                let base = row0 + ox0 + off;
+                let Some(s) = scratch.get(base..base + V) else {
+                    continue;
+                };
+                for (a, &s) in acc.iter_mut().zip(s) {
+                    *a = fmadd::<FMA>(s, wv, *a);
                 }
             }
             let n = V.min(p.ow - ox0);
@@ -161,5 +160,6 @@ fn plane_body<const FMA: bool>(
 }
 
 multiversion! {
-    fn plane(src: &[f32], wk: &[f32], b: f32, p: Plane, scratch: &mut Vec<f32>, dst: &mut [f32]) = plane_body;
+    #[allow(clippy::too_many_arguments)]
+    fn plane(src: &[f32], wk: &[f32], b: f32, p: Plane, taps: &[usize], scratch: &mut Vec<f32>, dst: &mut [f32]) = plane_body;
 }

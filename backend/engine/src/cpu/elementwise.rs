@@ -238,6 +238,54 @@ pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy +
     let inner = if r == 0 { 1 } else { out[r - 1] };
     let ta = bstrides(sa, out);
     let tb = bstrides(sb, out);
+    let (dims, block, runs) = trailing_block(&ta, &tb, out);
+    if block >= 8 {
+        // Each block of the trailing dims reads each operand contiguously or as one value.
+        let lead = &out[..r - dims];
+        let offsets = |bi: usize| {
+            let mut rem = bi;
+            let (mut oa, mut ob) = (0, 0);
+            for d in (0..lead.len()).rev() {
+                let i = rem % lead[d];
+                rem /= lead[d];
+                oa += i * ta[d];
+                ob += i * tb[d];
+            }
+            (oa, ob)
+        };
+        let run = |bi: usize, dst: &mut [O]| {
+            let (oa, ob) = offsets(bi);
+            match runs {
+                (Run::Full, Run::Full) => dst
+                    .iter_mut()
+                    .zip(&a[oa..oa + block])
+                    .zip(&b[ob..ob + block])
+                    .for_each(|((o, &x), &y)| *o = f(x, y)),
+                (Run::Full, Run::Const) => {
+                    let y = b[ob];
+                    dst.iter_mut()
+                        .zip(&a[oa..oa + block])
+                        .for_each(|(o, &x)| *o = f(x, y));
+                }
+                (Run::Const, Run::Full) => {
+                    let x = a[oa];
+                    dst.iter_mut()
+                        .zip(&b[ob..ob + block])
+                        .for_each(|(o, &y)| *o = f(x, y));
+                }
+                (Run::Const, Run::Const) => dst.fill(f(a[oa], b[ob])),
+            }
+        };
+        if n >= PAR_MIN {
+            res.par_chunks_mut(block)
+                .with_min_len((PAR_MIN / 4).div_ceil(block))
+                .enumerate()
+                .for_each(|(bi, d)| run(bi, d));
+        } else {
+            res.chunks_mut(block).enumerate().for_each(|(bi, d)| run(bi, d));
+        }
+        return res;
+    }
     let (ia, ib) = if r == 0 { (0, 0) } else { (ta[r - 1], tb[r - 1]) };
     let row = |row_idx: usize, dst: &mut [O]| {
         // offsets of this row
@@ -262,6 +310,43 @@ pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy +
         res.chunks_mut(inner).enumerate().for_each(|(i, d)| row(i, d));
     }
     res
+}
+
+/// How an operand is read over a block of trailing output dims.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// contiguously, like the output
+    Full,
+    /// one value for the whole block
+    Const,
+}
+
+/// The largest block of trailing output dims over which each operand (broadcast strides `ta`,
+/// `tb`) is read as a [`Run`]: (dims, elements, runs of a and b).
+fn trailing_block(ta: &[usize], tb: &[usize], out: &[usize]) -> (usize, usize, (Run, Run)) {
+    let (mut dims, mut block) = (0, 1);
+    let mut runs = None;
+    for d in (0..out.len()).rev() {
+        if out[d] == 1 {
+            dims += 1;
+            continue;
+        }
+        let run = |t: usize| match t {
+            0 => Some(Run::Const),
+            t if t == block => Some(Run::Full),
+            _ => None,
+        };
+        let (Some(ra), Some(rb)) = (run(ta[d]), run(tb[d])) else {
+            break;
+        };
+        if runs.is_some_and(|r| r != (ra, rb)) {
+            break;
+        }
+        runs = Some((ra, rb));
+        block *= out[d];
+        dims += 1;
+    }
+    (dims, block, runs.unwrap_or((Run::Full, Run::Full)))
 }
 
 fn num_binary<T: Num>(
@@ -517,4 +602,48 @@ pub(crate) fn cast(x: &Buf, to: DataType) -> Result<Buf> {
         DataType::Bool => Buf::Bool(f.iter().map(|&a| a != 0.0).collect()),
         DataType::String => return Err(EngineError::internal("string cast handled above")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every output element from its multi-index, the slow way.
+    fn naive(a: &[f32], sa: &[usize], b: &[f32], sb: &[usize], out: &[usize]) -> Vec<f32> {
+        let (ta, tb) = (bstrides(sa, out), bstrides(sb, out));
+        let n: usize = out.iter().product();
+        (0..n)
+            .map(|mut i| {
+                let (mut oa, mut ob) = (0, 0);
+                for d in (0..out.len()).rev() {
+                    let c = i % out[d];
+                    i /= out[d];
+                    oa += c * ta[d];
+                    ob += c * tb[d];
+                }
+                a[oa] * 10.0 - b[ob]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn broadcast_blocks_match_the_index_by_index_form() {
+        let shapes: [(&[usize], &[usize], &[usize]); 9] = [
+            (&[2, 3, 8, 9], &[2, 3, 1, 1], &[2, 3, 8, 9]),
+            (&[1, 3, 1, 1], &[4, 3, 8, 9], &[4, 3, 8, 9]),
+            (&[4, 3, 8, 9], &[3, 8, 9], &[4, 3, 8, 9]),
+            (&[4, 1, 8, 9], &[1, 3, 1, 1], &[4, 3, 8, 9]),
+            (&[5, 1, 16], &[1, 7, 16], &[5, 7, 16]),
+            (&[64, 1], &[1, 1, 64], &[1, 64, 64]),
+            (&[2, 3, 1, 40], &[2, 3, 5, 1], &[2, 3, 5, 40]),
+            (&[300, 200], &[200], &[300, 200]),
+            (&[300, 1, 1], &[300, 20, 20], &[300, 20, 20]),
+        ];
+        for (sa, sb, out) in shapes {
+            let a: Vec<f32> = (0..sa.iter().product()).map(|i| i as f32).collect();
+            let b: Vec<f32> = (0..sb.iter().product()).map(|i| (i as f32) * 0.5).collect();
+            let got = broadcast2(&a, sa, &b, sb, out, |x, y| x * 10.0 - y);
+            assert_eq!(got, naive(&a, sa, &b, sb, out), "{sa:?} with {sb:?}");
+        }
+    }
 }

@@ -211,22 +211,6 @@ fn nan_min(x: f32, t: f32) -> f32 {
     }
 }
 
-/// `x = f(x, t)` over `(x, t)` pairs, one loop per function.
-macro_rules! each_bin {
-    ($bin:expr, $pairs:expr) => {
-        match $bin {
-            Bin::Add => $pairs.for_each(|(x, t): (&mut f32, f32)| *x += t),
-            Bin::Sub => $pairs.for_each(|(x, t): (&mut f32, f32)| *x -= t),
-            Bin::RSub => $pairs.for_each(|(x, t): (&mut f32, f32)| *x = t - *x),
-            Bin::Mul => $pairs.for_each(|(x, t): (&mut f32, f32)| *x *= t),
-            Bin::Div => $pairs.for_each(|(x, t): (&mut f32, f32)| *x /= t),
-            Bin::RDiv => $pairs.for_each(|(x, t): (&mut f32, f32)| *x = t / *x),
-            Bin::Max => $pairs.for_each(|(x, t): (&mut f32, f32)| *x = nan_max(*x, t)),
-            Bin::Min => $pairs.for_each(|(x, t): (&mut f32, f32)| *x = nan_min(*x, t)),
-        }
-    };
-}
-
 #[inline(always)]
 fn apply_steps_body<const FMA: bool>(
     steps: &[Step<'_>],
@@ -235,30 +219,21 @@ fn apply_steps_body<const FMA: bool>(
     col0: usize,
     rows: &mut [&mut [f32]],
 ) {
-    for (i, v) in rows.iter_mut().enumerate() {
-        apply_row::<FMA>(steps, row_len, row0 + i, col0, v);
-    }
-}
-
-#[inline(always)]
-fn apply_row<const FMA: bool>(steps: &[Step<'_>], row_len: usize, row: usize, col0: usize, v: &mut [f32]) {
-    let len = v.len();
     for s in steps {
         match s {
-            Step::Unary(u) => unary_body::<FMA>(*u, v),
-            Step::Binary(bin, Operand::Scalar(t)) => each_bin!(*bin, v.iter_mut().map(|x| (x, *t))),
-            Step::Binary(bin, Operand::Row(r)) => {
-                let t = r[row];
-                each_bin!(*bin, v.iter_mut().map(|x| (x, t)))
-            }
-            Step::Binary(bin, Operand::Col(c)) => {
-                let ts = &c[col0..col0 + len];
-                each_bin!(*bin, v.iter_mut().zip(ts.iter().copied()))
-            }
-            Step::Binary(bin, Operand::Full(f)) => {
-                let o = row * row_len + col0;
-                let ts = &f[o..o + len];
-                each_bin!(*bin, v.iter_mut().zip(ts.iter().copied()))
+            Step::Unary(u) => unary_rows::<FMA>(*u, rows),
+            Step::Binary(bin, t) => {
+                let at = At { row_len, row0, col0 };
+                match bin {
+                    Bin::Add => binary_rows(t, at, rows, |x, t| x + t),
+                    Bin::Sub => binary_rows(t, at, rows, |x, t| x - t),
+                    Bin::RSub => binary_rows(t, at, rows, |x, t| t - x),
+                    Bin::Mul => binary_rows(t, at, rows, |x, t| x * t),
+                    Bin::Div => binary_rows(t, at, rows, |x, t| x / t),
+                    Bin::RDiv => binary_rows(t, at, rows, |x, t| t / x),
+                    Bin::Max => binary_rows(t, at, rows, nan_max),
+                    Bin::Min => binary_rows(t, at, rows, nan_min),
+                }
             }
         }
     }
@@ -268,37 +243,75 @@ multiversion! {
     fn apply_steps(steps: &[Step<'_>], row_len: usize, row0: usize, col0: usize, rows: &mut [&mut [f32]]) = apply_steps_body;
 }
 
-/// `v[j] = f(v[j])` with the match on `u` outside the loop, so that each loop vectorises.
+/// Where a batch of row pieces lies in the output.
+#[derive(Clone, Copy)]
+struct At {
+    row_len: usize,
+    row0: usize,
+    col0: usize,
+}
+
+/// `x = f(x, t)` over the row pieces, `t` taken from the operand at the same place.
 #[inline(always)]
-fn unary_body<const FMA: bool>(u: UnaryOp, v: &mut [f32]) {
-    macro_rules! each {
-        (|$x:ident| $e:expr) => {
-            v.iter_mut().for_each(|p| {
-                let $x = *p;
-                *p = $e
-            })
+fn binary_rows(t: &Operand<'_>, at: At, rows: &mut [&mut [f32]], f: impl Fn(f32, f32) -> f32 + Copy) {
+    for (i, v) in rows.iter_mut().enumerate() {
+        let row = at.row0 + i;
+        let len = v.len();
+        let ts: &[f32] = match t {
+            Operand::Scalar(t) => {
+                let t = *t;
+                v.iter_mut().for_each(|x| *x = f(*x, t));
+                continue;
+            }
+            Operand::Row(r) => {
+                let t = r[row];
+                v.iter_mut().for_each(|x| *x = f(*x, t));
+                continue;
+            }
+            Operand::Col(c) => &c[at.col0..at.col0 + len],
+            Operand::Full(d) => &d[row * at.row_len + at.col0..][..len],
         };
+        v.iter_mut().zip(ts).for_each(|(x, &t)| *x = f(*x, t));
     }
+}
+
+/// `x = f(x)` over the row pieces.
+#[inline(always)]
+fn map_rows(rows: &mut [&mut [f32]], f: impl Fn(f32) -> f32) {
+    for v in rows.iter_mut() {
+        v.iter_mut().for_each(|x| *x = f(*x));
+    }
+}
+
+/// `x = u(x)` over the row pieces, with the match on `u` outside the loops so that each loop
+/// vectorises.
+#[inline(always)]
+fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
     match u {
-        UnaryOp::Relu => each!(|x| x.max(0.0)),
-        UnaryOp::LeakyRelu { alpha } => each!(|x| if x >= 0.0 { x } else { alpha * x }),
-        UnaryOp::HardSigmoid { alpha, beta } => {
-            each!(|x| crate::cpu::simd::fmadd::<FMA>(alpha, x, beta).clamp(0.0, 1.0))
-        }
-        UnaryOp::HardSwish => each!(|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
+        UnaryOp::Relu => map_rows(rows, |x| x.max(0.0)),
+        UnaryOp::LeakyRelu { alpha } => map_rows(rows, |x| if x >= 0.0 { x } else { alpha * x }),
+        UnaryOp::HardSigmoid { alpha, beta } => map_rows(rows, |x| {
+            crate::cpu::simd::fmadd::<FMA>(alpha, x, beta).clamp(0.0, 1.0)
+        }),
+        UnaryOp::HardSwish => map_rows(rows, |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
         UnaryOp::Clip { min, max } => {
             let (lo, hi) = (min as f32, max as f32);
-            each!(|x| {
+            map_rows(rows, |x| {
                 let y = if x < lo { lo } else { x };
                 if y > hi { hi } else { y }
             })
         }
-        UnaryOp::Abs => each!(|x| x.abs()),
-        UnaryOp::Neg => each!(|x| -x),
-        UnaryOp::Sqrt => each!(|x| x.sqrt()),
-        UnaryOp::Reciprocal => each!(|x| 1.0 / x),
-        other => each!(|x| unary_f32(other, x)),
+        UnaryOp::Abs => map_rows(rows, |x| x.abs()),
+        UnaryOp::Neg => map_rows(rows, |x| -x),
+        UnaryOp::Sqrt => map_rows(rows, |x| x.sqrt()),
+        UnaryOp::Reciprocal => map_rows(rows, |x| 1.0 / x),
+        other => map_rows(rows, |x| unary_f32(other, x)),
     }
+}
+
+#[inline(always)]
+fn unary_body<const FMA: bool>(u: UnaryOp, v: &mut [f32]) {
+    unary_rows::<FMA>(u, &mut [v]);
 }
 
 multiversion! {

@@ -65,11 +65,13 @@ macro_rules! multiversion {
         $vis fn $name(isa: $crate::cpu::simd::Isa, $($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,avx2,fma")]
+            $(#[$meta])*
             fn avx512($($arg: $ty),*) $(-> $ret)? {
                 $body::<true>($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
+            $(#[$meta])*
             fn avx2($($arg: $ty),*) $(-> $ret)? {
                 $body::<true>($($arg),*)
             }
