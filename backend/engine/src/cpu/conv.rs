@@ -1,5 +1,6 @@
-//! Convolution: GEMM over the im2col matrix (read block by block, never built for 2-D), direct
-//! GEMM for 1×1 convolutions, the direct depthwise kernel; ConvTranspose via col2im.
+//! Convolution: GEMM over the im2col matrix (for 2-D read block by block from padded input planes,
+//! never built), direct GEMM for 1×1 convolutions, the direct depthwise kernel; ConvTranspose via
+//! col2im.
 
 use rayon::prelude::*;
 
@@ -7,6 +8,7 @@ use crate::cpu::depthwise::depthwise2d;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
 use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA};
+use crate::cpu::padded::{PadPlane, Window};
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
 
@@ -62,29 +64,6 @@ fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, col: &mut [f32]) {
     });
 }
 
-/// `dst[j] = src[first + j·step]` for every `j` of `dst` (the valid part of a padded row).
-#[inline(always)]
-pub(crate) fn strided_copy(dst: &mut [f32], src: &[f32], step: usize, first: usize) {
-    if dst.is_empty() {
-        return;
-    }
-    if step == 1 {
-        dst.copy_from_slice(&src[first..first + dst.len()]);
-    } else {
-        for (d, s) in dst.iter_mut().zip(src[first..].iter().step_by(step)) {
-            *d = *s;
-        }
-    }
-}
-
-/// Columns `lo..hi` of a phase row whose padded column `j·step + q` is input column
-/// `j·step + q − pad` inside `0..len`, clipped to `0..width`.
-pub(crate) fn valid_range(step: usize, q: usize, pad: usize, len: usize, width: usize) -> (usize, usize) {
-    let lo = pad.saturating_sub(q).div_ceil(step).min(width);
-    let hi = (pad + len).saturating_sub(q).div_ceil(step).clamp(lo, width);
-    (lo, hi)
-}
-
 impl ConvGeom<'_> {
     /// True for a depthwise 2-D convolution (one filter per channel), run by `depthwise2d`.
     pub(crate) fn is_depthwise(&self) -> bool {
@@ -118,18 +97,36 @@ pub(crate) fn pack_weights(w: &[f32], m: usize, group: usize, isa: Isa) -> Resul
         .collect()
 }
 
-/// One image's im2col matrix of a 2-D convolution, rows (c, ky, kx) from channel `c0`, columns
-/// output positions, read block by block.
+/// One image's im2col matrix of a 2-D convolution (rows (c, ky, kx), columns output positions),
+/// read block by block from padded copies of its input planes ([`PadPlane`]): each run of a
+/// block's columns within one output row is one contiguous copy.
 struct Im2col<'a> {
-    x: &'a [f32],
-    c0: usize,
-    g: &'a ConvGeom<'a>,
+    /// the padded planes, `plane.len()` values each
+    pad: &'a [f32],
+    plane: PadPlane,
+    /// offset in `pad` of the value output (0, 0) reads for each row of the matrix
+    taps: &'a [usize],
+    ow: usize,
     isa: Isa,
 }
 
 impl BSource for Im2col<'_> {
     fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) {
         im2col_block(self.isa, self, k0, kl, n0, nr, w, dst);
+    }
+}
+
+/// `dst = src`, 16 values at a time (short copies without a call to memcpy).
+#[inline(always)]
+fn copy_row(dst: &mut [f32], src: &[f32]) {
+    let mut d = dst.chunks_exact_mut(16);
+    let mut s = src.chunks_exact(16);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let v: [f32; 16] = std::array::from_fn(|i| s[i]);
+        d.copy_from_slice(&v);
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = *s;
     }
 }
 
@@ -144,40 +141,27 @@ fn im2col_block_body<const FMA: bool>(
     w: usize,
     dst: &mut [f32],
 ) {
-    let g = src.g;
-    let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
-    let ow = g.out_sp[1];
-    let (kh, kw) = (g.kernel[0], g.kernel[1]);
-    let (sh, sw) = (g.strides[0], g.strides[1]);
-    let (dh, dw) = (g.dilations[0], g.dilations[1]);
-    let (pt, pl) = (g.pads[0], g.pads[1]);
-    let klen = kh * kw;
-    for (kk, d) in dst.chunks_exact_mut(w).take(kl).enumerate() {
-        let row = k0 + kk;
-        let (ci, r) = (row / klen, row % klen);
-        let (ky, kx) = (r / kw, r % kw);
-        let plane = &src.x[(src.c0 + ci) * ih * iw..(src.c0 + ci + 1) * ih * iw];
-        d[nr..].fill(0.0);
-        // output columns whose input column ox·sw + kx·dw − pl is inside the row
-        let (lo, hi) = valid_range(sw, kx * dw, pl, iw, ow);
-        let mut p = n0;
-        while p < n0 + nr {
-            let (oy, ox0) = (p / ow, p % ow);
-            let run = (ow - ox0).min(n0 + nr - p);
-            let seg = &mut d[p - n0..p - n0 + run];
-            p += run;
-            let Some(iy) = (oy * sh + ky * dh).checked_sub(pt).filter(|&iy| iy < ih) else {
-                seg.fill(0.0);
-                continue;
-            };
-            let srow = &plane[iy * iw..(iy + 1) * iw];
-            let a = lo.clamp(ox0, ox0 + run);
-            let b = hi.clamp(a, ox0 + run);
-            seg[..a - ox0].fill(0.0);
-            if b > a {
-                strided_copy(&mut seg[a - ox0..b - ox0], srow, sw, a * sw + kx * dw - pl);
+    // Runs of the block's columns within one output row, 64 at a time: (offset in a padded
+    // plane, column, length).
+    let mut runs = [(0usize, 0usize, 0usize); 64];
+    let mut p = n0;
+    while p < n0 + nr {
+        let mut count = 0;
+        while p < n0 + nr && count < runs.len() {
+            let (oy, ox) = (p / src.ow, p % src.ow);
+            let len = (src.ow - ox).min(n0 + nr - p);
+            runs[count] = (src.plane.row_offset(oy) + ox, p - n0, len);
+            count += 1;
+            p += len;
+        }
+        // Each run copies a multiple of 16 values, within its matrix row; what it writes past its
+        // own end is overwritten by a later run or lies in columns past nr.
+        for (kk, &base) in src.taps[k0..k0 + kl].iter().enumerate() {
+            for &(off, col, len) in &runs[..count] {
+                let (at, from) = (kk * w + col, base + off);
+                let n = len.next_multiple_of(16).min(w - col).min(src.pad.len() - from);
+                copy_row(&mut dst[at..at + n], &src.pad[from..from + n]);
             }
-            seg[b - ox0..].fill(0.0);
         }
     }
 }
@@ -185,6 +169,20 @@ fn im2col_block_body<const FMA: bool>(
 multiversion! {
     #[allow(clippy::too_many_arguments)]
     fn im2col_block(src: &Im2col<'_>, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) = im2col_block_body;
+}
+
+#[inline(always)]
+fn fill_planes_body<const FMA: bool>(plane: &PadPlane, x: &[f32], in_len: usize, pad: &mut [f32]) {
+    for (src, dst) in x
+        .chunks_exact(in_len.max(1))
+        .zip(pad.chunks_exact_mut(plane.len()))
+    {
+        plane.fill(src, 0.0, false, dst);
+    }
+}
+
+multiversion! {
+    fn fill_planes(plane: &PadPlane, x: &[f32], in_len: usize, pad: &mut [f32]) = fill_planes_body;
 }
 
 /// Conv of f32 data, then `epi` (rows are output channel planes); `out` has N×M×out_len elements.
@@ -234,12 +232,29 @@ fn conv_isa(
     };
     let pointwise = g.pointwise();
     let parallel_images = g.n >= rayon::current_num_threads() && g.n > 1;
+    let two_d = g.in_sp.len() == 2 && !pointwise;
+    // 2-D: the im2col rows read padded planes
+    let window = two_d.then(|| Window::new(g.in_sp, g.out_sp, g.kernel, g.strides, g.dilations, g.pads));
+    let plane = window.map(|w| PadPlane::new(&w, 1));
+    let taps: Vec<usize> = match plane {
+        Some(p) => (0..kdim)
+            .map(|row| {
+                let (ci, r) = (row / klen, row % klen);
+                ci * p.len() + p.tap_offset(r / g.kernel[1], r % g.kernel[1])
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let run_image = |ni: usize, dst: &mut [f32], parallel: bool| -> Result<()> {
         let ximg = &x[ni * g.c * in_len..(ni + 1) * g.c * in_len];
-        let mut col = if pointwise || g.in_sp.len() == 2 {
+        let mut col = if pointwise || two_d {
             Vec::new()
         } else {
             vec![0f32; kdim * out_len]
+        };
+        let mut pad = match plane {
+            Some(p) => vec![0f32; cg * p.len()],
+            None => Vec::new(),
         };
         for gi in 0..g.group {
             let dst_g = &mut dst[gi * mg * out_len..(gi + 1) * mg * out_len];
@@ -253,24 +268,37 @@ fn conv_isa(
                 };
                 mm::gemm(&pw[gi], b, dst_g, out_len, init, &tail, parallel)
             };
+            let xg = &ximg[gi * cg * in_len..(gi + 1) * cg * in_len];
             if pointwise {
                 let xm = MatRef {
-                    data: ximg,
-                    off: gi * cg * in_len,
+                    data: xg,
+                    off: 0,
                     rs: in_len,
                     cs: 1,
                 };
                 product(&DenseB::new(xm, kdim, out_len)?, dst_g)?;
-            } else if g.in_sp.len() == 2 {
-                product(
-                    &Im2col {
-                        x: ximg,
-                        c0: gi * cg,
-                        g,
-                        isa,
-                    },
-                    dst_g,
-                )?;
+            } else if let Some(p) = plane {
+                if gi > 0 {
+                    pad.fill(0.0);
+                }
+                let planes = &mut pad[..cg * p.len()];
+                if parallel {
+                    let per = (cg / (4 * rayon::current_num_threads())).max(1);
+                    planes
+                        .par_chunks_mut(per * p.len())
+                        .zip(xg.par_chunks(per * in_len))
+                        .for_each(|(d, s)| fill_planes(isa, &p, s, in_len, d));
+                } else {
+                    fill_planes(isa, &p, xg, in_len, planes);
+                }
+                let src = Im2col {
+                    pad: &pad,
+                    plane: p,
+                    taps: &taps,
+                    ow: g.out_sp[1],
+                    isa,
+                };
+                product(&src, dst_g)?;
             } else {
                 im2col(ximg, g, gi * cg, &mut col);
                 let cm = MatRef {

@@ -2,6 +2,8 @@
 //! product kernels to each piece of a row of their output while it is still in L1, and vectorised
 //! unary functions over slices.
 //!
+//! Sigmoid and the erf GELU use the vectorising approximations of `cpu::fastmath`.
+//!
 //! The output is seen as `rows × row_len` (a Conv's `[N·M, H·W]`, a MatMul's `[batch·M, N]`). Each
 //! binary operand is classified once: one value for all (`Scalar`), one value per row (`Row`), one
 //! per column (`Col`) or the output's own shape (`Full`); any other broadcast is expanded to `Full`.
@@ -11,6 +13,7 @@ use std::borrow::Cow;
 use crate::cpu::buf::Buf;
 use crate::cpu::elementwise::unary_f32;
 use crate::cpu::exec::In;
+use crate::cpu::fastmath;
 use crate::cpu::movement;
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::{EngineError, Result};
@@ -23,6 +26,17 @@ pub(crate) trait RowEpilogue: Sync {
     /// Apply to each `rows[i]`, which is row `row0 + i` of the output, columns
     /// `col0..col0 + rows[i].len()`.
     fn apply_rows(&self, row0: usize, col0: usize, rows: &mut [&mut [f32]]);
+}
+
+/// No tail.
+pub(crate) struct NoTail;
+
+impl RowEpilogue for NoTail {
+    fn is_noop(&self) -> bool {
+        true
+    }
+
+    fn apply_rows(&self, _row0: usize, _col0: usize, _rows: &mut [&mut [f32]]) {}
 }
 
 /// A compiled [`Epilogue`] for one output tensor.
@@ -305,6 +319,8 @@ fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
         UnaryOp::Neg => map_rows(rows, |x| -x),
         UnaryOp::Sqrt => map_rows(rows, |x| x.sqrt()),
         UnaryOp::Reciprocal => map_rows(rows, |x| 1.0 / x),
+        UnaryOp::Sigmoid => map_rows(rows, fastmath::sigmoid::<FMA>),
+        UnaryOp::Gelu { tanh: false } => map_rows(rows, fastmath::gelu::<FMA>),
         other => map_rows(rows, |x| unary_f32(other, x)),
     }
 }

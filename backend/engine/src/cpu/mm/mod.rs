@@ -172,7 +172,8 @@ impl PackedB {
 /// A B operand read one block at a time.
 pub(crate) trait BSource: Sync {
     /// Write rows `k0..k0 + kl`, columns `n0..n0 + nr` of B into `dst` as `kl` rows of `w` values
-    /// (`nr ≤ w`; columns `nr..w` are zero).
+    /// (`nr ≤ w`). Columns `nr..w` may hold any values: they only reach accumulator lanes that are
+    /// never stored.
     fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]);
 }
 
