@@ -8,7 +8,7 @@ use crate::cpu::depthwise::depthwise2d;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
 use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA};
-use crate::cpu::padded::{PadPlane, Window};
+use crate::cpu::padded::{PadPlane, Window, copy_row, valid_range};
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
 
@@ -113,20 +113,6 @@ struct Im2col<'a> {
 impl BSource for Im2col<'_> {
     fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) {
         im2col_block(self.isa, self, k0, kl, n0, nr, w, dst);
-    }
-}
-
-/// `dst = src`, 16 values at a time (short copies without a call to memcpy).
-#[inline(always)]
-fn copy_row(dst: &mut [f32], src: &[f32]) {
-    let mut d = dst.chunks_exact_mut(16);
-    let mut s = src.chunks_exact(16);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let v: [f32; 16] = std::array::from_fn(|i| s[i]);
-        d.copy_from_slice(&v);
-    }
-    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *d = *s;
     }
 }
 
@@ -359,6 +345,10 @@ pub(crate) fn conv_transpose_f32(
             };
             sgemm(rows, in_len, cg, wmat, xmat, &mut cols, in_len, 1.0, false, true)?;
             let dst = &mut out[(ni * g.m + gi * mg) * out_len..(ni * g.m + (gi + 1) * mg) * out_len];
+            if ns == 2 {
+                col2im_2d(&cols, g, dst);
+                continue;
+            }
             for r in 0..rows {
                 let mi = r / klen;
                 unravel(r % klen, g.kernel, &mut kc);
@@ -390,6 +380,38 @@ pub(crate) fn conv_transpose_f32(
         }
     }
     Ok(out)
+}
+
+/// col2im of a 2-D ConvTranspose: `dst` (planes of the group's output channels) += each row
+/// (m, ky, kx) of `cols` scattered to output positions (iy·sh + ky·dh − pt, ix·sw + kx·dw − pl).
+fn col2im_2d(cols: &[f32], g: &ConvGeom<'_>, dst: &mut [f32]) {
+    let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
+    let (oh, ow) = (g.out_sp[0], g.out_sp[1]);
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (pt, pl) = (g.pads[0], g.pads[1]);
+    let (in_len, klen) = (ih * iw, kh * kw);
+    dst.par_chunks_mut((oh * ow).max(1))
+        .enumerate()
+        .for_each(|(mi, plane)| {
+            for t in 0..klen {
+                let (ky, kx) = (t / kw, t % kw);
+                let row = &cols[(mi * klen + t) * in_len..(mi * klen + t + 1) * in_len];
+                // input columns whose output column ix·sw + kx·dw − pl is inside the row
+                let (lo, hi) = valid_range(sw, kx * dw, pl, ow, iw);
+                for iy in 0..ih {
+                    let Some(oy) = (iy * sh + ky * dh).checked_sub(pt).filter(|&oy| oy < oh) else {
+                        continue;
+                    };
+                    let src = &row[iy * iw..(iy + 1) * iw];
+                    let orow = &mut plane[oy * ow..(oy + 1) * ow];
+                    for (ix, &v) in src.iter().enumerate().take(hi).skip(lo) {
+                        orow[ix * sw + kx * dw - pl] += v;
+                    }
+                }
+            }
+        });
 }
 
 #[cfg(test)]

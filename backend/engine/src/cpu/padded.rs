@@ -134,6 +134,15 @@ pub(crate) fn strided_copy(dst: &mut [f32], src: &[f32], step: usize, first: usi
     }
     if step == 1 {
         dst.copy_from_slice(&src[first..first + dst.len()]);
+    } else if step == 2 {
+        // pairs, so that the loop vectorises with shuffles; at most one value has no pair
+        let pairs = ((src.len() - first) / 2).min(dst.len());
+        for (d, p) in dst[..pairs].iter_mut().zip(src[first..].chunks_exact(2)) {
+            *d = p[0];
+        }
+        if let Some(d) = dst.get_mut(pairs) {
+            *d = src[first + 2 * pairs];
+        }
     } else {
         for (d, s) in dst.iter_mut().zip(src[first..].iter().step_by(step)) {
             *d = *s;
@@ -147,4 +156,18 @@ pub(crate) fn valid_range(step: usize, q: usize, pad: usize, len: usize, width: 
     let lo = pad.saturating_sub(q).div_ceil(step).min(width);
     let hi = (pad + len).saturating_sub(q).div_ceil(step).clamp(lo, width);
     (lo, hi)
+}
+
+/// `dst = src`, 16 values at a time (short copies without a call to memcpy).
+#[inline(always)]
+pub(crate) fn copy_row(dst: &mut [f32], src: &[f32]) {
+    let mut d = dst.chunks_exact_mut(16);
+    let mut s = src.chunks_exact(16);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let v: [f32; 16] = std::array::from_fn(|i| s[i]);
+        d.copy_from_slice(&v);
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = *s;
+    }
 }

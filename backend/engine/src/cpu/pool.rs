@@ -205,3 +205,45 @@ pub(crate) fn avg_pool(x: &[f32], planes: usize, g: &PoolGeom<'_>, count_include
         });
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The padded-plane 2-D max pooling against the general N-d loop (which also gives indices).
+    #[test]
+    fn max_pooling_2d_matches_the_general_loop() {
+        // (h, w, kernel, strides, pads, dilations, output)
+        type Case = (
+            usize,
+            usize,
+            [usize; 2],
+            [usize; 2],
+            [usize; 4],
+            [usize; 2],
+            [usize; 2],
+        );
+        let cases: [Case; 4] = [
+            (112, 112, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], [56, 56]),
+            (7, 9, [2, 3], [1, 2], [0, 1, 1, 1], [1, 1], [7, 5]),
+            (10, 10, [3, 3], [3, 3], [0, 0, 0, 0], [2, 1], [2, 3]),
+            (5, 5, [3, 3], [2, 2], [0, 0, 1, 1], [1, 1], [3, 3]),
+        ];
+        for (h, w, kernel, strides, pads, dilations, out) in cases {
+            let x: Vec<f32> = (0..3 * h * w)
+                .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
+                .collect();
+            let g = PoolGeom {
+                in_sp: &[h, w],
+                out_sp: &out,
+                kernel: &kernel,
+                strides: &strides,
+                pads: &pads,
+                dilations: &dilations,
+            };
+            let (fast, _) = max_pool(&x, 3, &g, false, false);
+            let (general, _) = max_pool(&x, 3, &g, false, true);
+            assert_eq!(fast, general, "{h}x{w} kernel {kernel:?} strides {strides:?}");
+        }
+    }
+}

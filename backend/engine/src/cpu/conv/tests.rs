@@ -242,3 +242,51 @@ fn depthwise_convolutions_match_a_direct_loop_on_every_instruction_set() {
         }
     }
 }
+
+/// The 2-D col2im against the N-d one (the same transposed convolution with a leading axis of 1).
+#[test]
+fn transposed_convolutions_2d_match_the_nd_path() {
+    // (c, m, h, w, k, s, p, d, group)
+    let cases = [
+        (4, 6, 5, 7, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1),
+        (6, 4, 4, 4, [3, 3], [2, 1], [1, 0, 1, 2], [1, 2], 2),
+        (3, 5, 6, 3, [4, 1], [3, 2], [2, 0, 0, 0], [2, 1], 1),
+    ];
+    for (c, m, h, w, k, s, p, d, group) in cases {
+        let o = |i: usize, n: usize| (n - 1) * s[i] + d[i] * (k[i] - 1) + 1 - p[i] - p[i + 2];
+        let (oh, ow) = (o(0, h), o(1, w));
+        let x = det(2 * c * h * w, 7);
+        let wt = det(c * (m / group) * k[0] * k[1], 8);
+        let bias = det(m, 9);
+        let two = ConvGeom {
+            n: 2,
+            c,
+            m,
+            group,
+            in_sp: &[h, w],
+            out_sp: &[oh, ow],
+            kernel: &k,
+            strides: &s,
+            pads: &p,
+            dilations: &d,
+        };
+        let three = ConvGeom {
+            in_sp: &[1, h, w],
+            out_sp: &[1, oh, ow],
+            kernel: &[1, k[0], k[1]],
+            strides: &[1, s[0], s[1]],
+            pads: &[0, p[0], p[1], 0, p[2], p[3]],
+            dilations: &[1, d[0], d[1]],
+            ..two
+        };
+        let a = conv_transpose_f32(&x, &wt, Some(&bias), &two).unwrap();
+        let b = conv_transpose_f32(&x, &wt, Some(&bias), &three).unwrap();
+        assert_eq!(a.len(), 2 * m * oh * ow);
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-5 * (1.0 + q.abs()),
+                "case c={c} m={m} at {i}: {p} vs {q}"
+            );
+        }
+    }
+}

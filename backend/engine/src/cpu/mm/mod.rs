@@ -19,6 +19,7 @@ use rayon::prelude::*;
 
 use crate::cpu::epilogue::RowEpilogue;
 use crate::cpu::gemm::{MatRef, sgemm};
+use crate::cpu::padded::copy_row;
 use crate::cpu::simd::Isa;
 use crate::error::{EngineError, Result};
 
@@ -93,16 +94,41 @@ impl PackedA {
                 a.data.len()
             )));
         }
-        let at = |i: usize, kk: usize| a.data[a.off + i * a.rs + kk * a.cs] * alpha;
+        let MatRef {
+            data: src,
+            off,
+            rs,
+            cs,
+        } = a;
         let mr = geo(isa).mr;
         let panels = m.div_ceil(mr);
         let mut data = vec![0f32; panels * mr * k];
         if k > 0 {
             for (p, panel) in data.chunks_exact_mut(mr * k).enumerate() {
                 let rows = mr.min(m - p * mr);
-                for i in 0..rows {
-                    for kk in 0..k {
-                        panel[kk * mr + i] = at(p * mr + i, kk);
+                let first = off + p * mr * rs;
+                if rs == 1 {
+                    // column-major A: the panel's values of one k are contiguous
+                    for (kk, step) in panel.chunks_exact_mut(mr).enumerate() {
+                        let col = &src[first + kk * cs..first + kk * cs + rows];
+                        step[..rows]
+                            .iter_mut()
+                            .zip(col)
+                            .for_each(|(d, &v)| *d = v * alpha);
+                    }
+                } else {
+                    for i in 0..rows {
+                        let row = first + i * rs;
+                        if cs == 1 {
+                            let row = &src[row..row + k];
+                            for (d, &v) in panel[i..].iter_mut().step_by(mr).zip(row) {
+                                *d = v * alpha;
+                            }
+                        } else {
+                            for kk in 0..k {
+                                panel[kk * mr + i] = src[row + kk * cs] * alpha;
+                            }
+                        }
                     }
                 }
             }
@@ -205,7 +231,7 @@ impl BSource for DenseB<'_> {
                 let s = off + (k0 + kk) * rs + n0;
                 let (head, tail) = d.split_at_mut(nr);
                 if alpha == 1.0 {
-                    head.copy_from_slice(&data[s..s + nr]);
+                    copy_row(head, &data[s..s + nr]);
                 } else {
                     head.iter_mut()
                         .zip(&data[s..s + nr])
