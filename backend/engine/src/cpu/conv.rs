@@ -4,6 +4,7 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::arena;
 use crate::cpu::depthwise::depthwise2d;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
@@ -197,7 +198,8 @@ fn conv_isa(
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();
-    let mut out = vec![0f32; g.n * g.m * out_len];
+    // every element is written below (by the depthwise kernel or the products)
+    let mut out = arena::take(g.n * g.m * out_len);
     if out.is_empty() {
         return Ok(out);
     }

@@ -12,6 +12,9 @@ use crate::cpu::epilogue::Epi;
 use crate::cpu::padded::{PadPlane, Window};
 use crate::cpu::simd::{Isa, fmadd, multiversion};
 
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
 /// Outputs computed together (one AVX-512 vector, two AVX2 vectors).
 pub(crate) const V: usize = 16;
 
@@ -83,59 +86,50 @@ struct Kernel<'a> {
     init: f32,
 }
 
-#[inline(always)]
-fn plane_body<const FMA: bool>(
-    k: &Kernel<'_>,
-    src: &[f32],
-    fresh: bool,
-    scratch: &mut [f32],
-    dst: &mut [f32],
-) {
-    k.pp.fill(src, 0.0, fresh, scratch);
-    // four output rows at a time: four independent accumulator chains per tap
-    let mut oy = 0;
-    while oy + 4 <= k.win.oh {
-        rows::<4, FMA>(k, scratch, oy, dst);
-        oy += 4;
+/// One plane: the padded copy, then the outputs (AVX-512/AVX2 kernels of `x86.rs` on x86-64,
+/// four output rows at a time; one row at a time, auto-vectorised, elsewhere).
+fn plane(isa: Isa, k: &Kernel<'_>, src: &[f32], fresh: bool, scratch: &mut [f32], dst: &mut [f32]) {
+    fill(isa, &k.pp, src, fresh, scratch);
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        x86::plane(isa, k, scratch, dst);
+        return;
     }
-    while oy < k.win.oh {
-        rows::<1, FMA>(k, scratch, oy, dst);
-        oy += 1;
-    }
+    plane_rows(isa, k, scratch, dst);
 }
 
-/// Output rows `oy..oy + R`, 16 columns at a time.
 #[inline(always)]
-fn rows<const R: usize, const FMA: bool>(k: &Kernel<'_>, scratch: &[f32], oy: usize, dst: &mut [f32]) {
+fn fill_body<const FMA: bool>(pp: &PadPlane, src: &[f32], fresh: bool, scratch: &mut [f32]) {
+    pp.fill(src, 0.0, fresh, scratch);
+}
+
+multiversion! {
+    fn fill(pp: &PadPlane, src: &[f32], fresh: bool, scratch: &mut [f32]) = fill_body;
+}
+
+#[inline(always)]
+fn plane_rows_body<const FMA: bool>(k: &Kernel<'_>, scratch: &[f32], dst: &mut [f32]) {
     let ow = k.win.ow;
-    let max_tap = k.taps.iter().copied().max().unwrap_or(0);
-    let span = max_tap + V;
-    for ox0 in (0..ow).step_by(V) {
-        // the values each row's outputs read, checked once
-        let wins: [&[f32]; R] = std::array::from_fn(|r| {
-            let base = k.pp.row_offset(oy + r) + ox0;
-            scratch.get(base..base + span).unwrap_or(&[])
-        });
-        if wins.iter().any(|w| w.len() < span) {
-            continue;
-        }
-        let mut acc = [[k.init; V]; R];
-        for (&off, &wv) in k.taps.iter().zip(k.w) {
-            let off = off.min(max_tap);
-            for (a, win) in acc.iter_mut().zip(&wins) {
-                for (a, &s) in a.iter_mut().zip(&win[off..off + V]) {
+    for oy in 0..k.win.oh {
+        let drow = &mut dst[oy * ow..(oy + 1) * ow];
+        let row0 = k.pp.row_offset(oy);
+        for ox0 in (0..ow).step_by(V) {
+            let mut acc = [k.init; V];
+            for (&off, &wv) in k.taps.iter().zip(k.w) {
+                let base = row0 + ox0 + off;
+                let Some(s) = scratch.get(base..base + V) else {
+                    continue;
+                };
+                for (a, &s) in acc.iter_mut().zip(s) {
                     *a = fmadd::<FMA>(s, wv, *a);
                 }
             }
-        }
-        let n = V.min(ow - ox0);
-        for (r, a) in acc.iter().enumerate() {
-            let o = (oy + r) * ow + ox0;
-            dst[o..o + n].copy_from_slice(&a[..n]);
+            let n = V.min(ow - ox0);
+            drow[ox0..ox0 + n].copy_from_slice(&acc[..n]);
         }
     }
 }
 
 multiversion! {
-    fn plane(k: &Kernel<'_>, src: &[f32], fresh: bool, scratch: &mut [f32], dst: &mut [f32]) = plane_body;
+    fn plane_rows(k: &Kernel<'_>, scratch: &[f32], dst: &mut [f32]) = plane_rows_body;
 }

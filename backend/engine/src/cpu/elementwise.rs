@@ -60,7 +60,7 @@ pub(crate) fn unary_f32(u: UnaryOp, x: f32) -> f32 {
             }
         }
         UnaryOp::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
-        UnaryOp::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        UnaryOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
         UnaryOp::Softplus => {
             if x > 20.0 {
                 x

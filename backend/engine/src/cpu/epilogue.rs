@@ -307,7 +307,7 @@ fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
         UnaryOp::HardSigmoid { alpha, beta } => map_rows(rows, |x| {
             crate::cpu::simd::fmadd::<FMA>(alpha, x, beta).clamp(0.0, 1.0)
         }),
-        UnaryOp::HardSwish => map_rows(rows, |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
+        UnaryOp::HardSwish => map_rows(rows, |x| x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
         UnaryOp::Clip { min, max } => {
             let (lo, hi) = (min as f32, max as f32);
             map_rows(rows, |x| {

@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::arena;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::MatRef;
 use crate::cpu::mm::{self, BOp, DenseB, Init, PackedA, PackedB};
@@ -65,7 +66,8 @@ pub(crate) fn matmul_f32(
     let (a_rs, a_cs) = strides(ac, trans_a);
     let (b_rs, b_cs) = strides(bc, trans_b);
     let nb: usize = batch_out.iter().product();
-    let mut out = vec![0f32; nb * m * n];
+    // every element is written by the products below
+    let mut out = arena::take(nb * m * n);
     if out.is_empty() {
         return Ok(out);
     }
@@ -168,7 +170,8 @@ pub(crate) fn gemm_f32(
         alpha,
         isa,
     )?;
-    let mut y = vec![0f32; m * n];
+    // every element is written: by C below (Init::Acc) or by the product
+    let mut y = arena::take(m * n);
     let scaled;
     let init = match c {
         GemmC::None => Init::Zero,

@@ -2,6 +2,7 @@
 //! matrix products, the `gemm` crate elsewhere; rayon for parallelism). Also evaluates host-side
 //! nodes during specialisation.
 
+mod arena;
 mod buf;
 mod conv;
 mod depthwise;
@@ -329,8 +330,10 @@ impl Inner {
                 }
             }
             for v in node.inputs.iter().flatten() {
-                if plan.last_use[v.0] == Some(ni) {
-                    slots[v.0] = None;
+                if plan.last_use[v.0] == Some(ni)
+                    && let Some(Slot::Owned(Buf::F32(b))) = slots[v.0].take()
+                {
+                    arena::give(b);
                 }
             }
         }

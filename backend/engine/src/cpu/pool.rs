@@ -28,7 +28,8 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
 fn max_pool_2d(x: &[f32], planes: usize, g: &PoolGeom<'_>) -> Vec<f32> {
     let win = Window::new(g.in_sp, g.out_sp, g.kernel, g.strides, g.dilations, g.pads);
     let (plane_in, plane_out) = (win.ih * win.iw, win.oh * win.ow);
-    let mut out = vec![0f32; planes * plane_out];
+    // every element is written by `max_plane`
+    let mut out = crate::cpu::arena::take(planes * plane_out);
     if plane_out == 0 {
         return out;
     }
