@@ -21,8 +21,11 @@ mod pool;
 mod reduce;
 mod rnn;
 mod simd;
+mod split;
 
 use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::ir::ConcreteGraph;
@@ -77,6 +80,9 @@ struct CpuPlan {
     consts: Vec<Option<Arc<Buf>>>,
     last_use: Vec<Option<usize>>,
     prepared: Vec<Option<exec::Prepared>>,
+    /// The batch size and the one-sample plan when the batch runs as one-sample runs
+    /// ([`split`]); the plan's own constants and weights are then left empty.
+    split: Option<(usize, Arc<CpuPlan>)>,
 }
 
 impl CpuPlan {
@@ -96,7 +102,19 @@ impl CpuPlan {
             consts,
             last_use,
             prepared,
+            split: None,
         })
+    }
+
+    /// A plan for `graph` (batch `n`) that runs its samples apart on `one`.
+    fn split(graph: ConcreteGraph, n: usize, one: Arc<CpuPlan>) -> CpuPlan {
+        CpuPlan {
+            graph,
+            consts: Vec::new(),
+            last_use: Vec::new(),
+            prepared: Vec::new(),
+            split: Some((n, one)),
+        }
     }
 }
 
@@ -243,7 +261,7 @@ impl Inner {
                 return Ok(p);
             }
         }
-        let plan = Arc::new(CpuPlan::new(self.model.specialise_for(inputs)?)?);
+        let plan = Arc::new(self.build(self.model.specialise_for(inputs)?, inputs)?);
         let mut plans = self
             .plans
             .lock()
@@ -255,103 +273,155 @@ impl Inner {
         Ok(plan)
     }
 
+    /// The plan for `graph`, specialised for `inputs`: split into one-sample runs when every node
+    /// keeps the samples apart and the one-sample plan is this one with batch 1
+    /// ([`split::batch_axis`], [`split::same_but_batch`]); otherwise run as a whole.
+    fn build(&self, graph: ConcreteGraph, inputs: &[Tensor]) -> Result<CpuPlan> {
+        if let Some(n) = split::batch_axis(&graph)
+            && self.model.host_inputs().is_empty()
+            && let Some(first) = inputs
+                .iter()
+                .map(|t| split::sample(t, 0))
+                .collect::<Option<Vec<_>>>()
+            && let Ok(one) = self.model.specialise_for(&first)
+            && split::same_but_batch(&graph, &one)
+        {
+            tracing::debug!(batch = n, "cpu plan: samples run apart");
+            return Ok(CpuPlan::split(graph, n, Arc::new(CpuPlan::new(one)?)));
+        }
+        CpuPlan::new(graph)
+    }
+
     fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let plan = self.plan(&inputs)?;
-        let g = &plan.graph;
-        let mut slots: Vec<Option<Slot>> = (0..g.values.len()).map(|_| None).collect();
-        for (i, c) in plan.consts.iter().enumerate() {
-            if let Some(c) = c {
-                slots[i] = Some(Slot::Shared(c.clone()));
-            }
+        match &plan.split {
+            Some((n, one)) => run_split(one, &inputs, *n),
+            None => execute(&plan, &inputs),
         }
-        for (id, t) in g.inputs.iter().zip(&inputs) {
-            if slots[id.0].is_none() {
-                slots[id.0] = Some(Slot::Owned(Buf::from_tensor(t)?));
-            }
-        }
-        for (ni, node) in g.nodes.iter().enumerate() {
-            let outs: Vec<(DataType, Vec<usize>)> = node
-                .outputs
+    }
+}
+
+/// The `n` samples of `inputs` run apart on `one` (a one-sample plan), in parallel; the outputs
+/// stacked again.
+fn run_split(one: &CpuPlan, inputs: &[Tensor], n: usize) -> Result<Vec<Tensor>> {
+    let per_sample: Vec<Vec<Tensor>> = (0..n)
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|i| {
+            let ins: Vec<Tensor> = inputs
                 .iter()
-                .map(|o| match o {
-                    Some(o) => (g.values[o.0].dtype, g.values[o.0].shape.clone()),
-                    None => (DataType::F32, Vec::new()),
+                .map(|t| split::sample(t, i))
+                .collect::<Option<_>>()
+                .ok_or_else(|| EngineError::internal(format!("cannot take sample {i} of the inputs")))?;
+            execute(one, &ins)
+        })
+        .collect::<Result<_>>()?;
+    (0..one.graph.outputs.len())
+        .map(|j| {
+            let parts: Vec<&Tensor> = per_sample.iter().filter_map(|o| o.get(j)).collect();
+            split::stack(&parts).ok_or_else(|| {
+                EngineError::internal(format!("the per-sample values of output {j} do not stack"))
+            })
+        })
+        .collect()
+}
+
+/// Run `plan` on `inputs` (in signature order).
+fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let g = &plan.graph;
+    let mut slots: Vec<Option<Slot>> = (0..g.values.len()).map(|_| None).collect();
+    for (i, c) in plan.consts.iter().enumerate() {
+        if let Some(c) = c {
+            slots[i] = Some(Slot::Shared(c.clone()));
+        }
+    }
+    for (id, t) in g.inputs.iter().zip(inputs) {
+        if slots[id.0].is_none() {
+            slots[id.0] = Some(Slot::Owned(Buf::from_tensor(t)?));
+        }
+    }
+    for (ni, node) in g.nodes.iter().enumerate() {
+        let outs: Vec<(DataType, Vec<usize>)> = node
+            .outputs
+            .iter()
+            .map(|o| match o {
+                Some(o) => (g.values[o.0].dtype, g.values[o.0].shape.clone()),
+                None => (DataType::F32, Vec::new()),
+            })
+            .collect();
+        // Reshape/Identity of a value at its last use: move the buffer.
+        if matches!(node.op, crate::ir::Op::Reshape { .. } | crate::ir::Op::Identity)
+            && let (Some(src), Some(dst)) = (node.input(0), node.output(0))
+            && plan.last_use[src.0] == Some(ni)
+            && matches!(slots[src.0], Some(Slot::Owned(_)))
+            && node.inputs.iter().flatten().filter(|v| **v == src).count() == 1
+        {
+            slots[dst.0] = slots[src.0].take();
+            continue;
+        }
+        let result = {
+            let ins: Vec<exec::In<'_>> = node
+                .inputs
+                .iter()
+                .map(|i| match i {
+                    Some(v) => slots[v.0]
+                        .as_ref()
+                        .map(|s| (s.buf(), g.values[v.0].shape.as_slice())),
+                    None => None,
                 })
                 .collect();
-            // Reshape/Identity of a value at its last use: move the buffer.
-            if matches!(node.op, crate::ir::Op::Reshape { .. } | crate::ir::Op::Identity)
-                && let (Some(src), Some(dst)) = (node.input(0), node.output(0))
-                && plan.last_use[src.0] == Some(ni)
-                && matches!(slots[src.0], Some(Slot::Owned(_)))
-                && node.inputs.iter().flatten().filter(|v| **v == src).count() == 1
+            if ins
+                .iter()
+                .zip(&node.inputs)
+                .any(|(a, b)| a.is_none() && b.is_some())
             {
-                slots[dst.0] = slots[src.0].take();
-                continue;
+                return Err(EngineError::internal(format!(
+                    "node '{}': an input was freed too early",
+                    node.name
+                )));
             }
-            let result = {
-                let ins: Vec<exec::In<'_>> = node
-                    .inputs
-                    .iter()
-                    .map(|i| match i {
-                        Some(v) => slots[v.0]
-                            .as_ref()
-                            .map(|s| (s.buf(), g.values[v.0].shape.as_slice())),
-                        None => None,
-                    })
-                    .collect();
-                if ins
-                    .iter()
-                    .zip(&node.inputs)
-                    .any(|(a, b)| a.is_none() && b.is_some())
-                {
+            exec::exec_prepared(&node.op, &ins, &outs, plan.prepared[ni].as_ref())
+                .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
+        };
+        for (o, b) in node.outputs.iter().zip(result) {
+            if let Some(o) = o {
+                let v = &g.values[o.0];
+                if b.dtype() != v.dtype || b.len() != v.len() {
                     return Err(EngineError::internal(format!(
-                        "node '{}': an input was freed too early",
-                        node.name
+                        "node '{}' produced {} x{} for '{}' ({} {:?})",
+                        node.name,
+                        b.dtype(),
+                        b.len(),
+                        v.name,
+                        v.dtype,
+                        v.shape
                     )));
                 }
-                exec::exec_prepared(&node.op, &ins, &outs, plan.prepared[ni].as_ref())
-                    .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
-            };
-            for (o, b) in node.outputs.iter().zip(result) {
-                if let Some(o) = o {
-                    let v = &g.values[o.0];
-                    if b.dtype() != v.dtype || b.len() != v.len() {
-                        return Err(EngineError::internal(format!(
-                            "node '{}' produced {} x{} for '{}' ({} {:?})",
-                            node.name,
-                            b.dtype(),
-                            b.len(),
-                            v.name,
-                            v.dtype,
-                            v.shape
-                        )));
-                    }
-                    slots[o.0] = Some(Slot::Owned(b));
-                }
-            }
-            for v in node.inputs.iter().flatten() {
-                if plan.last_use[v.0] == Some(ni)
-                    && let Some(Slot::Owned(Buf::F32(b))) = slots[v.0].take()
-                {
-                    arena::give(b);
-                }
+                slots[o.0] = Some(Slot::Owned(b));
             }
         }
-        let mut outputs = Vec::with_capacity(g.outputs.len());
-        for o in &g.outputs {
-            let v = &g.values[o.0];
-            let b = match slots[o.0].as_ref() {
-                Some(Slot::Shared(b)) => (**b).clone(),
-                Some(Slot::Owned(b)) => b.clone(),
-                None => {
-                    return Err(EngineError::internal(format!(
-                        "output '{}' was not computed",
-                        v.name
-                    )));
-                }
-            };
-            outputs.push(b.into_tensor(v.shape.clone())?);
+        for v in node.inputs.iter().flatten() {
+            if plan.last_use[v.0] == Some(ni)
+                && let Some(Slot::Owned(Buf::F32(b))) = slots[v.0].take()
+            {
+                arena::give(b);
+            }
         }
-        Ok(outputs)
     }
+    let mut outputs = Vec::with_capacity(g.outputs.len());
+    for o in &g.outputs {
+        let v = &g.values[o.0];
+        let b = match slots[o.0].as_ref() {
+            Some(Slot::Shared(b)) => (**b).clone(),
+            Some(Slot::Owned(b)) => b.clone(),
+            None => {
+                return Err(EngineError::internal(format!(
+                    "output '{}' was not computed",
+                    v.name
+                )));
+            }
+        };
+        outputs.push(b.into_tensor(v.shape.clone())?);
+    }
+    Ok(outputs)
 }
