@@ -5,7 +5,7 @@
 # Env: INFERGATE_BENCH_BATCHES (default 1,8,32), INFERGATE_BENCH_SECONDS (default 2),
 #      INFERGATE_BENCH_ONLY (comma-separated model names), INFERGATE_PYTHON (the venv's python),
 #      INFERGATE_BENCH_ROUNDS (default 1: rounds of both sides, alternating; the table shows each
-#      figure's median over the rounds, which steadies the ratios on a shared machine).
+#      figure's best round, since other load on a shared machine only ever adds time).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -30,9 +30,9 @@ for r in $(seq 1 "$rounds"); do
   "$py" "$root/backend/engine/models/bench_ort.py" "$models" --batches "$INFERGATE_BENCH_BATCHES" \
     --seconds "$INFERGATE_BENCH_SECONDS" "${only[@]}" | tee -a "$models/ort.txt"
 done
-echo "==> side by side (latency ms, median of $rounds round(s); ratio = infergate / onnxruntime, lower is better)"
+echo "==> side by side (latency ms, best of $rounds round(s); ratio = infergate / onnxruntime, lower is better)"
 "$py" - "$models/cpu.txt" "$models/ort.txt" <<'PY'
-import statistics, sys
+import sys
 def load(p):
     runs = {}
     for line in open(p):
@@ -41,8 +41,8 @@ def load(p):
             runs.setdefault((f[1], int(f[3])), []).append((float(f[5]), f[9] if len(f) > 9 else ""))
     d = {}
     for k, v in runs.items():
-        lat = statistics.median(x for x, _ in v)
-        g = statistics.median(float(x) for _, x in v) if v[0][1] else None
+        lat = min(x for x, _ in v)
+        g = max(float(x) for _, x in v) if v[0][1] else None
         d[k] = (lat, f"{g:.2f}" if g is not None else "")
     return d
 cpu, ort = load(sys.argv[1]), load(sys.argv[2])
