@@ -12,7 +12,7 @@
 //!   the full plan with the batch dim set to 1: same nodes and attributes, same shapes elsewhere,
 //!   identical constants (so nothing folded at specialisation depends on the batch size).
 
-use crate::ir::{ConcreteGraph, CoordTransform, Op};
+use crate::ir::{ConcreteGraph, CoordTransform, Op, ResizeMode};
 use crate::tensor::{DataType, Tensor};
 
 /// The batch size `n` when `g` can run as `n` independent one-sample runs: every input and output
@@ -150,9 +150,14 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
         Op::Expand => x_batched && x_rank == out_rank,
         Op::Tile { repeats } => x_batched && repeats.first() == Some(&1),
         Op::Pad { pads, .. } => x_batched && pads.first() == Some(&0) && pads.get(x_rank) == Some(&0),
-        Op::Resize { scales, coord, .. } => {
+        // scale 1 on axis 0 reads exactly the same sample with nearest or linear weights (cubic
+        // weights of the neighbours are only zero up to rounding)
+        Op::Resize {
+            scales, coord, mode, ..
+        } => {
             x_batched
                 && scales.first() == Some(&1.0)
+                && matches!(mode, ResizeMode::Nearest | ResizeMode::Linear)
                 && !matches!(
                     coord,
                     CoordTransform::TfCropAndResize | CoordTransform::AlignCorners
