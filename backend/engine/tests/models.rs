@@ -1,5 +1,6 @@
 //! Real-model tests: the networks of `models/export_models.py` (MobileNetV3-style, ResNet-style,
-//! detection, transformer encoder, LSTM speech) against onnxruntime at batch 1, 3 and 16.
+//! detection, transformer encoder, LSTM speech) against onnxruntime at batch 1, 3 and 16, and the
+//! benchmark-size networks (224² images, 128 tokens, 100 frames) at batch 1 and 16.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,25 +14,34 @@ use infergate_engine::{Dim, ExecutorKind, Model, Session, SessionOptions, Tensor
 use prost::Message;
 
 const BATCHES: [usize; 3] = [1, 3, 16];
+const BENCH_BATCHES: [usize; 2] = [1, 16];
 
 /// Generate the models and onnxruntime's outputs once per test binary.
 fn models_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("engine-models");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/export_models.py");
-        let status = std::process::Command::new(support::python::python())
-            .arg(&script)
-            .arg(&dir)
-            .args(["--reference", "1,3,16"])
-            .status()
-            .expect("start python");
-        assert!(
-            status.success(),
-            "export_models.py failed (run `make venv` for onnx/onnxruntime)"
-        );
-        dir
-    })
+    DIR.get_or_init(|| export("engine-models", "ci", "1,3,16"))
+}
+
+/// The benchmark-size models (`--size bench`, as `scripts/bench-engine.sh` runs them).
+fn bench_models_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| export("engine-models-bench", "bench", "1,16"))
+}
+
+fn export(folder: &str, size: &str, batches: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(folder);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/export_models.py");
+    let status = std::process::Command::new(support::python::python())
+        .arg(&script)
+        .arg(&dir)
+        .args(["--size", size, "--reference", batches])
+        .status()
+        .expect("start python");
+    assert!(
+        status.success(),
+        "export_models.py failed (run `make venv` for onnx/onnxruntime)"
+    );
+    dir
 }
 
 fn read_pb(p: &Path) -> Tensor {
@@ -40,7 +50,10 @@ fn read_pb(p: &Path) -> Tensor {
 }
 
 fn check_model(name: &str, dynamic_inputs: &[(&str, &[bool])]) {
-    let dir = models_dir();
+    check_model_in(models_dir(), &BATCHES, name, dynamic_inputs);
+}
+
+fn check_model_in(dir: &Path, batches: &[usize], name: &str, dynamic_inputs: &[(&str, &[bool])]) {
     let model = Arc::new(Model::load(dir.join(format!("{name}.onnx"))).unwrap());
     for (input, dyn_mask) in dynamic_inputs {
         let spec = model
@@ -68,7 +81,7 @@ fn check_model(name: &str, dynamic_inputs: &[(&str, &[bool])]) {
         },
     )
     .unwrap();
-    for b in BATCHES {
+    for &b in batches {
         let set = dir.join(name).join(format!("b{b}"));
         let inputs: Vec<(String, Tensor)> = model
             .signature()
@@ -111,6 +124,22 @@ fn transformer_matches_onnxruntime() {
 #[test]
 fn lstm_speech_matches_onnxruntime() {
     check_model("lstm_speech", &[("features", &[true, true, false])]);
+}
+
+/// The bench-size networks: other spatial sizes and strides than the CI ones, and batch 16 runs
+/// as one-sample runs (the CPU executor's batch splitting) for all but the LSTM.
+#[test]
+fn bench_size_networks_match_onnxruntime() {
+    let image = [true, false, false, false];
+    for (name, input, dynamic) in [
+        ("mobilenet_v3", "input", &image[..]),
+        ("resnet", "input", &image[..]),
+        ("detection", "image", &image[..]),
+        ("transformer", "input_ids", &[true, true][..]),
+        ("lstm_speech", "features", &[true, true, false][..]),
+    ] {
+        check_model_in(bench_models_dir(), &BENCH_BATCHES, name, &[(input, dynamic)]);
+    }
 }
 
 #[test]

@@ -1,8 +1,16 @@
-//! Convolution: im2col + GEMM, direct 1×1 GEMM, direct depthwise; ConvTranspose via col2im.
+//! Convolution: GEMM over the im2col matrix (for 2-D read block by block from padded input planes,
+//! never built), direct GEMM for 1×1 convolutions, the direct depthwise kernel; ConvTranspose via
+//! col2im.
 
 use rayon::prelude::*;
 
+use crate::cpu::arena;
+use crate::cpu::depthwise::depthwise2d;
+use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
+use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA};
+use crate::cpu::padded::{PadPlane, Window, copy_row, valid_range};
+use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
 
 /// Geometry of an N-d convolution.
@@ -27,57 +35,13 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
     }
 }
 
-/// im2col for one image and one group: rows (c, k…) × columns (output positions).
-fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, cg: usize, col: &mut [f32]) {
+/// im2col for one image and one group of an N-d convolution: rows (c, k…) × columns (output
+/// positions). 2-D convolutions read the matrix block by block instead ([`Im2col`]).
+fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, col: &mut [f32]) {
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();
     let ns = g.in_sp.len();
-    if ns == 2 {
-        let (ih_n, iw_n) = (g.in_sp[0], g.in_sp[1]);
-        let (oh_n, ow_n) = (g.out_sp[0], g.out_sp[1]);
-        let (kh_n, kw_n) = (g.kernel[0], g.kernel[1]);
-        let (sh, sw) = (g.strides[0], g.strides[1]);
-        let (dh, dw) = (g.dilations[0], g.dilations[1]);
-        let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
-        col.par_chunks_mut(out_len).enumerate().for_each(|(row, dst)| {
-            let ci = row / klen;
-            let kk = row % klen;
-            let (kh, kw) = (kk / kw_n, kk % kw_n);
-            let _ = kh_n;
-            let src = &x[(c0 + ci) * in_len..(c0 + ci + 1) * in_len];
-            for oh in 0..oh_n {
-                let ih = (oh * sh + kh * dh) as isize - pt;
-                let d = &mut dst[oh * ow_n..(oh + 1) * ow_n];
-                if ih < 0 || ih >= ih_n as isize {
-                    d.fill(0.0);
-                    continue;
-                }
-                let srow = &src[ih as usize * iw_n..(ih as usize + 1) * iw_n];
-                let base = (kw * dw) as isize - pl;
-                if sw == 1 {
-                    for (ow, v) in d.iter_mut().enumerate() {
-                        let iw = base + ow as isize;
-                        *v = if iw >= 0 && (iw as usize) < iw_n {
-                            srow[iw as usize]
-                        } else {
-                            0.0
-                        };
-                    }
-                } else {
-                    for (ow, v) in d.iter_mut().enumerate() {
-                        let iw = base + (ow * sw) as isize;
-                        *v = if iw >= 0 && (iw as usize) < iw_n {
-                            srow[iw as usize]
-                        } else {
-                            0.0
-                        };
-                    }
-                }
-            }
-        });
-        return;
-    }
     col.par_chunks_mut(out_len).enumerate().for_each(|(row, dst)| {
         let ci = row / klen;
         let mut kc = vec![0; ns];
@@ -99,127 +63,239 @@ fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, cg: usize, col: &mut [f32]) {
             *v = if inside { src[idx] } else { 0.0 };
         }
     });
-    let _ = cg;
 }
 
-/// Depthwise 2-D convolution (group == C == M, one filter per channel).
-fn depthwise2d(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &ConvGeom<'_>, out: &mut [f32]) {
-    let (ih_n, iw_n) = (g.in_sp[0], g.in_sp[1]);
-    let (oh_n, ow_n) = (g.out_sp[0], g.out_sp[1]);
-    let (kh_n, kw_n) = (g.kernel[0], g.kernel[1]);
-    let (sh, sw) = (g.strides[0], g.strides[1]);
-    let (dh, dw) = (g.dilations[0], g.dilations[1]);
-    let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
-    let plane_in = ih_n * iw_n;
-    let plane_out = oh_n * ow_n;
-    out.par_chunks_mut(plane_out).enumerate().for_each(|(nc, dst)| {
-        let c = nc % g.c;
-        let src = &x[nc * plane_in..(nc + 1) * plane_in];
-        let wk = &w[c * kh_n * kw_n..(c + 1) * kh_n * kw_n];
-        let b = bias.map_or(0.0, |b| b[c]);
-        dst.fill(b);
-        // valid ow range for each kw: iw = ow*sw + kw*dw - pl in [0, iw_n)
-        for oh in 0..oh_n {
-            let drow = &mut dst[oh * ow_n..(oh + 1) * ow_n];
-            for kh in 0..kh_n {
-                let ih = (oh * sh + kh * dh) as isize - pt;
-                if ih < 0 || ih >= ih_n as isize {
-                    continue;
-                }
-                let srow = &src[ih as usize * iw_n..(ih as usize + 1) * iw_n];
-                for kw in 0..kw_n {
-                    let wv = wk[kh * kw_n + kw];
-                    let off = (kw * dw) as isize - pl;
-                    // ow_lo: first ow with off + ow*sw >= 0
-                    let ow_lo = if off >= 0 {
-                        0
-                    } else {
-                        ((-off) as usize).div_ceil(sw)
-                    };
-                    // ow_hi: first ow with off + ow*sw >= iw_n
-                    let lim = iw_n as isize - off;
-                    let ow_hi = if lim <= 0 {
-                        0
-                    } else {
-                        (lim as usize).div_ceil(sw).min(ow_n)
-                    };
-                    if sw == 1 {
-                        let s0 = (off + ow_lo as isize) as usize;
-                        for (d, s) in drow[ow_lo..ow_hi.max(ow_lo)].iter_mut().zip(&srow[s0..]) {
-                            *d += wv * s;
-                        }
-                    } else {
-                        for ow in ow_lo..ow_hi {
-                            drow[ow] += wv * srow[(off + (ow * sw) as isize) as usize];
-                        }
-                    }
-                }
-            }
-        }
-    });
+impl ConvGeom<'_> {
+    /// True for a depthwise 2-D convolution (one filter per channel), run by `depthwise2d`.
+    pub(crate) fn is_depthwise(&self) -> bool {
+        self.group > 1 && self.group == self.c && self.group == self.m && self.in_sp.len() == 2
+    }
+
+    fn pointwise(&self) -> bool {
+        let in_len: usize = self.in_sp.iter().product();
+        let out_len: usize = self.out_sp.iter().product();
+        self.kernel.iter().all(|&k| k == 1)
+            && self.strides.iter().all(|&s| s == 1)
+            && self.pads.iter().all(|&p| p == 0)
+            && in_len == out_len
+    }
 }
 
-/// Conv of f32 data; `out` has N×M×out_len elements.
-pub(crate) fn conv_f32(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &ConvGeom<'_>) -> Result<Vec<f32>> {
-    let in_len: usize = g.in_sp.iter().product();
-    let out_len: usize = g.out_sp.iter().product();
-    let klen: usize = g.kernel.iter().product();
-    let mut out = vec![0f32; g.n * g.m * out_len];
-    if out.is_empty() {
-        return Ok(out);
-    }
-    if g.group == g.c && g.group == g.m && g.in_sp.len() == 2 && g.group > 1 {
-        depthwise2d(x, w, bias, g, &mut out);
-        return Ok(out);
-    }
-    let cg = g.c / g.group;
-    let mg = g.m / g.group;
-    let kdim = cg * klen;
-    let pointwise =
-        klen == 1 && g.strides.iter().all(|&s| s == 1) && g.pads.iter().all(|&p| p == 0) && in_len == out_len;
-    let parallel_images = g.n >= rayon::current_num_threads() && g.n > 1;
-    let run_image = |ni: usize, dst: &mut [f32], parallel: bool| -> Result<()> {
-        let ximg = &x[ni * g.c * in_len..(ni + 1) * g.c * in_len];
-        let mut col = if pointwise {
-            Vec::new()
-        } else {
-            vec![0f32; kdim * out_len]
-        };
-        for gi in 0..g.group {
-            let dst_g = &mut dst[gi * mg * out_len..(gi + 1) * mg * out_len];
-            let wmat = MatRef {
+/// The weights `w` ([M, C/group, k…]) of each group packed as the A operand of the product.
+pub(crate) fn pack_weights(w: &[f32], m: usize, group: usize, isa: Isa) -> Result<Vec<PackedA>> {
+    let mg = m / group.max(1);
+    let kdim = w.len() / m.max(1);
+    (0..group)
+        .map(|gi| {
+            let wm = MatRef {
                 data: w,
                 off: gi * mg * kdim,
                 rs: kdim,
                 cs: 1,
             };
+            PackedA::pack(wm, mg, kdim, 1.0, isa)
+        })
+        .collect()
+}
+
+/// One image's im2col matrix of a 2-D convolution (rows (c, ky, kx), columns output positions),
+/// read block by block from padded copies of its input planes ([`PadPlane`]): each run of a
+/// block's columns within one output row is one contiguous copy.
+struct Im2col<'a> {
+    /// the padded planes, `plane.len()` values each
+    pad: &'a [f32],
+    plane: PadPlane,
+    /// offset in `pad` of the value output (0, 0) reads for each row of the matrix
+    taps: &'a [usize],
+    ow: usize,
+    isa: Isa,
+}
+
+impl BSource for Im2col<'_> {
+    fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) {
+        im2col_block(self.isa, self, k0, kl, n0, nr, w, dst);
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn im2col_block_body<const FMA: bool>(
+    src: &Im2col<'_>,
+    k0: usize,
+    kl: usize,
+    n0: usize,
+    nr: usize,
+    w: usize,
+    dst: &mut [f32],
+) {
+    // Runs of the block's columns within one output row, 64 at a time: (offset in a padded
+    // plane, column, length).
+    let mut runs = [(0usize, 0usize, 0usize); 64];
+    let mut p = n0;
+    while p < n0 + nr {
+        let mut count = 0;
+        while p < n0 + nr && count < runs.len() {
+            let (oy, ox) = (p / src.ow, p % src.ow);
+            let len = (src.ow - ox).min(n0 + nr - p);
+            runs[count] = (src.plane.row_offset(oy) + ox, p - n0, len);
+            count += 1;
+            p += len;
+        }
+        // Each run copies a multiple of 16 values, within its matrix row; what it writes past its
+        // own end is overwritten by a later run or lies in columns past nr.
+        for (kk, &base) in src.taps[k0..k0 + kl].iter().enumerate() {
+            for &(off, col, len) in &runs[..count] {
+                let (at, from) = (kk * w + col, base + off);
+                let n = len.next_multiple_of(16).min(w - col).min(src.pad.len() - from);
+                copy_row(&mut dst[at..at + n], &src.pad[from..from + n]);
+            }
+        }
+    }
+}
+
+multiversion! {
+    #[allow(clippy::too_many_arguments)]
+    fn im2col_block(src: &Im2col<'_>, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) = im2col_block_body;
+}
+
+#[inline(always)]
+fn fill_planes_body<const FMA: bool>(plane: &PadPlane, x: &[f32], in_len: usize, pad: &mut [f32]) {
+    for (src, dst) in x
+        .chunks_exact(in_len.max(1))
+        .zip(pad.chunks_exact_mut(plane.len()))
+    {
+        plane.fill(src, 0.0, false, dst);
+    }
+}
+
+multiversion! {
+    fn fill_planes(plane: &PadPlane, x: &[f32], in_len: usize, pad: &mut [f32]) = fill_planes_body;
+}
+
+/// Conv of f32 data, then `epi` (rows are output channel planes); `out` has N×M×out_len elements.
+/// `packed`: the weights as [`pack_weights`] made them (at plan time), if available.
+pub(crate) fn conv_f32(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &ConvGeom<'_>,
+    epi: &Epi<'_>,
+    packed: Option<&[PackedA]>,
+) -> Result<Vec<f32>> {
+    conv_isa(crate::cpu::simd::isa(), x, w, bias, g, epi, packed)
+}
+
+/// [`conv_f32`] with the kernels of `isa` (tests compare them).
+fn conv_isa(
+    isa: Isa,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &ConvGeom<'_>,
+    epi: &Epi<'_>,
+    packed: Option<&[PackedA]>,
+) -> Result<Vec<f32>> {
+    let in_len: usize = g.in_sp.iter().product();
+    let out_len: usize = g.out_sp.iter().product();
+    let klen: usize = g.kernel.iter().product();
+    // every element is written below (by the depthwise kernel or the products)
+    let mut out = arena::take(g.n * g.m * out_len);
+    if out.is_empty() {
+        return Ok(out);
+    }
+    if g.is_depthwise() {
+        depthwise2d(isa, x, w, bias, g, epi, &mut out);
+        return Ok(out);
+    }
+    let cg = g.c / g.group;
+    let mg = g.m / g.group;
+    let kdim = cg * klen;
+    let owned;
+    let pw = match packed {
+        Some(p) if p.len() == g.group && p.iter().all(|a| a.m() == mg && a.isa() == isa) => p,
+        _ => {
+            owned = pack_weights(w, g.m, g.group, isa)?;
+            owned.as_slice()
+        }
+    };
+    let pointwise = g.pointwise();
+    let parallel_images = g.n >= rayon::current_num_threads() && g.n > 1;
+    let two_d = g.in_sp.len() == 2 && !pointwise;
+    // 2-D: the im2col rows read padded planes
+    let window = two_d.then(|| Window::new(g.in_sp, g.out_sp, g.kernel, g.strides, g.dilations, g.pads));
+    let plane = window.map(|w| PadPlane::new(&w, 1));
+    let taps: Vec<usize> = match plane {
+        Some(p) => (0..kdim)
+            .map(|row| {
+                let (ci, r) = (row / klen, row % klen);
+                ci * p.len() + p.tap_offset(r / g.kernel[1], r % g.kernel[1])
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let run_image = |ni: usize, dst: &mut [f32], parallel: bool| -> Result<()> {
+        let ximg = &x[ni * g.c * in_len..(ni + 1) * g.c * in_len];
+        let mut col = if pointwise || two_d {
+            Vec::new()
+        } else {
+            vec![0f32; kdim * out_len]
+        };
+        let mut pad = match plane {
+            Some(p) => vec![0f32; cg * p.len()],
+            None => Vec::new(),
+        };
+        for gi in 0..g.group {
+            let dst_g = &mut dst[gi * mg * out_len..(gi + 1) * mg * out_len];
+            let init = bias.map_or(Init::Zero, |b| Init::Row(&b[gi * mg..(gi + 1) * mg]));
+            let tail = epi.offset(ni * g.m + gi * mg);
+            let product = |src: &dyn BSource, dst_g: &mut [f32]| {
+                let b = BOp::Src {
+                    src,
+                    k: kdim,
+                    n: out_len,
+                };
+                mm::gemm(&pw[gi], b, dst_g, out_len, init, &tail, parallel)
+            };
+            let xg = &ximg[gi * cg * in_len..(gi + 1) * cg * in_len];
             if pointwise {
-                let xmat = MatRef {
-                    data: ximg,
-                    off: gi * cg * in_len,
+                let xm = MatRef {
+                    data: xg,
+                    off: 0,
                     rs: in_len,
                     cs: 1,
                 };
-                sgemm(
-                    mg, out_len, kdim, wmat, xmat, dst_g, out_len, 1.0, false, parallel,
-                )?;
+                product(&DenseB::new(xm, kdim, out_len)?, dst_g)?;
+            } else if let Some(p) = plane {
+                if gi > 0 {
+                    pad.fill(0.0);
+                }
+                let planes = &mut pad[..cg * p.len()];
+                if parallel {
+                    let per = (cg / (4 * rayon::current_num_threads())).max(1);
+                    planes
+                        .par_chunks_mut(per * p.len())
+                        .zip(xg.par_chunks(per * in_len))
+                        .for_each(|(d, s)| fill_planes(isa, &p, s, in_len, d));
+                } else {
+                    fill_planes(isa, &p, xg, in_len, planes);
+                }
+                let src = Im2col {
+                    pad: &pad,
+                    plane: p,
+                    taps: &taps,
+                    ow: g.out_sp[1],
+                    isa,
+                };
+                product(&src, dst_g)?;
             } else {
-                im2col(ximg, g, gi * cg, cg, &mut col);
-                let cmat = MatRef {
+                im2col(ximg, g, gi * cg, &mut col);
+                let cm = MatRef {
                     data: &col,
                     off: 0,
                     rs: out_len,
                     cs: 1,
                 };
-                sgemm(
-                    mg, out_len, kdim, wmat, cmat, dst_g, out_len, 1.0, false, parallel,
-                )?;
-            }
-        }
-        if let Some(b) = bias {
-            for (mi, row) in dst.chunks_mut(out_len).enumerate() {
-                let bv = b[mi];
-                row.iter_mut().for_each(|v| *v += bv);
+                product(&DenseB::new(cm, kdim, out_len)?, dst_g)?;
             }
         }
         Ok(())
@@ -271,6 +347,10 @@ pub(crate) fn conv_transpose_f32(
             };
             sgemm(rows, in_len, cg, wmat, xmat, &mut cols, in_len, 1.0, false, true)?;
             let dst = &mut out[(ni * g.m + gi * mg) * out_len..(ni * g.m + (gi + 1) * mg) * out_len];
+            if ns == 2 {
+                col2im_2d(&cols, g, dst);
+                continue;
+            }
             for r in 0..rows {
                 let mi = r / klen;
                 unravel(r % klen, g.kernel, &mut kc);
@@ -303,3 +383,38 @@ pub(crate) fn conv_transpose_f32(
     }
     Ok(out)
 }
+
+/// col2im of a 2-D ConvTranspose: `dst` (planes of the group's output channels) += each row
+/// (m, ky, kx) of `cols` scattered to output positions (iy·sh + ky·dh − pt, ix·sw + kx·dw − pl).
+fn col2im_2d(cols: &[f32], g: &ConvGeom<'_>, dst: &mut [f32]) {
+    let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
+    let (oh, ow) = (g.out_sp[0], g.out_sp[1]);
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (dh, dw) = (g.dilations[0], g.dilations[1]);
+    let (pt, pl) = (g.pads[0], g.pads[1]);
+    let (in_len, klen) = (ih * iw, kh * kw);
+    dst.par_chunks_mut((oh * ow).max(1))
+        .enumerate()
+        .for_each(|(mi, plane)| {
+            for t in 0..klen {
+                let (ky, kx) = (t / kw, t % kw);
+                let row = &cols[(mi * klen + t) * in_len..(mi * klen + t + 1) * in_len];
+                // input columns whose output column ix·sw + kx·dw − pl is inside the row
+                let (lo, hi) = valid_range(sw, kx * dw, pl, ow, iw);
+                for iy in 0..ih {
+                    let Some(oy) = (iy * sh + ky * dh).checked_sub(pt).filter(|&oy| oy < oh) else {
+                        continue;
+                    };
+                    let src = &row[iy * iw..(iy + 1) * iw];
+                    let orow = &mut plane[oy * ow..(oy + 1) * ow];
+                    for (ix, &v) in src.iter().enumerate().take(hi).skip(lo) {
+                        orow[ix * sw + kx * dw - pl] += v;
+                    }
+                }
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests;

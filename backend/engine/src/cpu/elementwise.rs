@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use crate::cpu::buf::Buf;
+use crate::cpu::epilogue::unary_slice;
 use crate::cpu::num::{Num, erf, erf_f32};
 use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, UnaryOp};
@@ -59,7 +60,7 @@ pub(crate) fn unary_f32(u: UnaryOp, x: f32) -> f32 {
             }
         }
         UnaryOp::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
-        UnaryOp::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        UnaryOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
         UnaryOp::Softplus => {
             if x > 20.0 {
                 x
@@ -129,17 +130,6 @@ fn map_vec<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + 
     }
 }
 
-/// Apply a unary function in place to an f32 slice.
-pub(crate) fn unary_f32_inplace(u: UnaryOp, v: &mut [f32]) {
-    if v.len() >= PAR_MIN {
-        v.par_iter_mut()
-            .with_min_len(PAR_MIN / 4)
-            .for_each(|x| *x = unary_f32(u, *x));
-    } else {
-        v.iter_mut().for_each(|x| *x = unary_f32(u, *x));
-    }
-}
-
 fn int_unary<T: Num>(u: UnaryOp, v: &[T]) -> Result<Vec<T>> {
     Ok(match u {
         UnaryOp::Abs => map_vec(v, |x| x.abs()),
@@ -171,7 +161,15 @@ fn int_unary<T: Num>(u: UnaryOp, v: &[T]) -> Result<Vec<T>> {
 /// A unary op on any buffer.
 pub(crate) fn unary(u: UnaryOp, x: &Buf) -> Result<Buf> {
     Ok(match x {
-        Buf::F32(v) => Buf::F32(map_vec(v, |a| unary_f32(u, a))),
+        Buf::F32(v) => {
+            let mut y = v.clone();
+            if y.len() >= PAR_MIN {
+                y.par_chunks_mut(PAR_MIN / 4).for_each(|c| unary_slice(u, c));
+            } else {
+                unary_slice(u, &mut y);
+            }
+            Buf::F32(y)
+        }
         Buf::F64(v) => Buf::F64(map_vec(v, |a| unary_f64(u, a))),
         Buf::F16(v) => Buf::F16(map_vec(v, |a| half::f16::from_f32(unary_f32(u, a.to_f32())))),
         Buf::BF16(v) => Buf::BF16(map_vec(v, |a| half::bf16::from_f32(unary_f32(u, a.to_f32())))),
@@ -240,6 +238,54 @@ pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy +
     let inner = if r == 0 { 1 } else { out[r - 1] };
     let ta = bstrides(sa, out);
     let tb = bstrides(sb, out);
+    let (dims, block, runs) = trailing_block(&ta, &tb, out);
+    if block >= 8 {
+        // Each block of the trailing dims reads each operand contiguously or as one value.
+        let lead = &out[..r - dims];
+        let offsets = |bi: usize| {
+            let mut rem = bi;
+            let (mut oa, mut ob) = (0, 0);
+            for d in (0..lead.len()).rev() {
+                let i = rem % lead[d];
+                rem /= lead[d];
+                oa += i * ta[d];
+                ob += i * tb[d];
+            }
+            (oa, ob)
+        };
+        let run = |bi: usize, dst: &mut [O]| {
+            let (oa, ob) = offsets(bi);
+            match runs {
+                (Run::Full, Run::Full) => dst
+                    .iter_mut()
+                    .zip(&a[oa..oa + block])
+                    .zip(&b[ob..ob + block])
+                    .for_each(|((o, &x), &y)| *o = f(x, y)),
+                (Run::Full, Run::Const) => {
+                    let y = b[ob];
+                    dst.iter_mut()
+                        .zip(&a[oa..oa + block])
+                        .for_each(|(o, &x)| *o = f(x, y));
+                }
+                (Run::Const, Run::Full) => {
+                    let x = a[oa];
+                    dst.iter_mut()
+                        .zip(&b[ob..ob + block])
+                        .for_each(|(o, &y)| *o = f(x, y));
+                }
+                (Run::Const, Run::Const) => dst.fill(f(a[oa], b[ob])),
+            }
+        };
+        if n >= PAR_MIN {
+            res.par_chunks_mut(block)
+                .with_min_len((PAR_MIN / 4).div_ceil(block))
+                .enumerate()
+                .for_each(|(bi, d)| run(bi, d));
+        } else {
+            res.chunks_mut(block).enumerate().for_each(|(bi, d)| run(bi, d));
+        }
+        return res;
+    }
     let (ia, ib) = if r == 0 { (0, 0) } else { (ta[r - 1], tb[r - 1]) };
     let row = |row_idx: usize, dst: &mut [O]| {
         // offsets of this row
@@ -264,6 +310,43 @@ pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy +
         res.chunks_mut(inner).enumerate().for_each(|(i, d)| row(i, d));
     }
     res
+}
+
+/// How an operand is read over a block of trailing output dims.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// contiguously, like the output
+    Full,
+    /// one value for the whole block
+    Const,
+}
+
+/// The largest block of trailing output dims over which each operand (broadcast strides `ta`,
+/// `tb`) is read as a [`Run`]: (dims, elements, runs of a and b).
+fn trailing_block(ta: &[usize], tb: &[usize], out: &[usize]) -> (usize, usize, (Run, Run)) {
+    let (mut dims, mut block) = (0, 1);
+    let mut runs = None;
+    for d in (0..out.len()).rev() {
+        if out[d] == 1 {
+            dims += 1;
+            continue;
+        }
+        let run = |t: usize| match t {
+            0 => Some(Run::Const),
+            t if t == block => Some(Run::Full),
+            _ => None,
+        };
+        let (Some(ra), Some(rb)) = (run(ta[d]), run(tb[d])) else {
+            break;
+        };
+        if runs.is_some_and(|r| r != (ra, rb)) {
+            break;
+        }
+        runs = Some((ra, rb));
+        block *= out[d];
+        dims += 1;
+    }
+    (dims, block, runs.unwrap_or((Run::Full, Run::Full)))
 }
 
 fn num_binary<T: Num>(
@@ -519,4 +602,48 @@ pub(crate) fn cast(x: &Buf, to: DataType) -> Result<Buf> {
         DataType::Bool => Buf::Bool(f.iter().map(|&a| a != 0.0).collect()),
         DataType::String => return Err(EngineError::internal("string cast handled above")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every output element from its multi-index, the slow way.
+    fn naive(a: &[f32], sa: &[usize], b: &[f32], sb: &[usize], out: &[usize]) -> Vec<f32> {
+        let (ta, tb) = (bstrides(sa, out), bstrides(sb, out));
+        let n: usize = out.iter().product();
+        (0..n)
+            .map(|mut i| {
+                let (mut oa, mut ob) = (0, 0);
+                for d in (0..out.len()).rev() {
+                    let c = i % out[d];
+                    i /= out[d];
+                    oa += c * ta[d];
+                    ob += c * tb[d];
+                }
+                a[oa] * 10.0 - b[ob]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn broadcast_blocks_match_the_index_by_index_form() {
+        let shapes: [(&[usize], &[usize], &[usize]); 9] = [
+            (&[2, 3, 8, 9], &[2, 3, 1, 1], &[2, 3, 8, 9]),
+            (&[1, 3, 1, 1], &[4, 3, 8, 9], &[4, 3, 8, 9]),
+            (&[4, 3, 8, 9], &[3, 8, 9], &[4, 3, 8, 9]),
+            (&[4, 1, 8, 9], &[1, 3, 1, 1], &[4, 3, 8, 9]),
+            (&[5, 1, 16], &[1, 7, 16], &[5, 7, 16]),
+            (&[64, 1], &[1, 1, 64], &[1, 64, 64]),
+            (&[2, 3, 1, 40], &[2, 3, 5, 1], &[2, 3, 5, 40]),
+            (&[300, 200], &[200], &[300, 200]),
+            (&[300, 1, 1], &[300, 20, 20], &[300, 20, 20]),
+        ];
+        for (sa, sb, out) in shapes {
+            let a: Vec<f32> = (0..sa.iter().product()).map(|i| i as f32).collect();
+            let b: Vec<f32> = (0..sb.iter().product()).map(|i| (i as f32) * 0.5).collect();
+            let got = broadcast2(&a, sa, &b, sb, out, |x, y| x * 10.0 - y);
+            assert_eq!(got, naive(&a, sa, &b, sb, out), "{sa:?} with {sb:?}");
+        }
+    }
 }

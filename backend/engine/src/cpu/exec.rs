@@ -2,13 +2,17 @@
 // The dtype macros instantiate the same code for Copy and non-Copy (string) elements.
 #![allow(clippy::clone_on_copy)]
 
+use std::borrow::Cow;
+
 use crate::cpu::buf::{Buf, map_same, visit};
 use crate::cpu::conv::{ConvGeom, conv_f32, conv_transpose_f32};
-use crate::cpu::elementwise::{binary, cast, unary, unary_f32_inplace, where_};
-use crate::cpu::gemm::{MatRef, matmul_f32, sgemm};
+use crate::cpu::elementwise::{binary, cast, unary, where_};
+use crate::cpu::epilogue::Epi;
+use crate::cpu::matmul::{GemmC, gemm_f32, matmul_f32};
+use crate::cpu::mm::{PackedA, PackedB};
 use crate::cpu::{movement, norm, pool, reduce, rnn};
 use crate::error::{EngineError, Result};
-use crate::ir::{Epilogue, EpilogueStep, Op, ReduceOp};
+use crate::ir::{Op, ReduceOp};
 use crate::tensor::DataType;
 
 /// One input of a node: buffer and shape.
@@ -21,10 +25,10 @@ fn req<'a>(ins: &[In<'a>], i: usize) -> Result<(&'a Buf, &'a [usize])> {
         .ok_or_else(|| EngineError::internal(format!("missing input {i}")))
 }
 
-fn f32_of(b: &Buf) -> std::borrow::Cow<'_, [f32]> {
+fn f32_of(b: &Buf) -> Cow<'_, [f32]> {
     match b {
-        Buf::F32(v) => std::borrow::Cow::Borrowed(v.as_slice()),
-        other => std::borrow::Cow::Owned(other.to_f32()),
+        Buf::F32(v) => Cow::Borrowed(v.as_slice()),
+        other => Cow::Owned(other.to_f32()),
     }
 }
 
@@ -41,65 +45,31 @@ fn float_only(dtype: DataType, what: &str) -> Result<()> {
     }
 }
 
-/// Apply an epilogue in place to f32 output data of shape `out`.
-pub(crate) fn apply_epilogue(y: &mut Vec<f32>, out: &[usize], e: &Epilogue, ins: &[In<'_>]) -> Result<()> {
-    for s in &e.steps {
-        match s {
-            EpilogueStep::Unary(u) => unary_f32_inplace(*u, y),
-            EpilogueStep::Binary {
-                op,
-                input,
-                operand_first,
-            } => {
-                let (b, sb) = req(ins, *input)?;
-                let bv = f32_of(b);
-                let res = if *operand_first {
-                    binary(
-                        *op,
-                        &Buf::F32(bv.into_owned()),
-                        sb,
-                        &Buf::F32(std::mem::take(y)),
-                        out,
-                        out,
-                    )?
-                } else if sb == out {
-                    // residual: in place
-                    let f = |x: f32, t: f32| -> f32 {
-                        match op {
-                            crate::ir::BinaryOp::Add => x + t,
-                            crate::ir::BinaryOp::Sub => x - t,
-                            crate::ir::BinaryOp::Mul => x * t,
-                            crate::ir::BinaryOp::Div => x / t,
-                            crate::ir::BinaryOp::Max => x.max(t),
-                            crate::ir::BinaryOp::Min => x.min(t),
-                            _ => f32::NAN,
-                        }
-                    };
-                    y.iter_mut().zip(bv.iter()).for_each(|(x, &t)| *x = f(*x, t));
-                    continue;
-                } else {
-                    binary(
-                        *op,
-                        &Buf::F32(std::mem::take(y)),
-                        out,
-                        &Buf::F32(bv.into_owned()),
-                        sb,
-                        out,
-                    )?
-                };
-                let Buf::F32(v) = res else {
-                    return Err(EngineError::internal("epilogue produced a non-f32 buffer"));
-                };
-                *y = v;
-            }
-        }
-    }
-    Ok(())
+/// Constant operands of a node converted once, when its plan is built.
+pub(crate) enum Prepared {
+    /// a Conv's weights, per group, packed as the A operand
+    ConvWeights(Vec<PackedA>),
+    /// a MatMul's or Gemm's constant B, packed
+    Rhs(PackedB),
 }
 
 /// Run one concrete op. `outs` are the output dtypes and shapes; `wanted[i]` false skips output i
 /// when the kernel can.
 pub(crate) fn exec(op: &Op, ins: &[In<'_>], outs: &[(DataType, Vec<usize>)]) -> Result<Vec<Buf>> {
+    exec_prepared(op, ins, outs, None)
+}
+
+/// [`exec`] with the node's [`Prepared`] operands, if its plan made any.
+pub(crate) fn exec_prepared(
+    op: &Op,
+    ins: &[In<'_>],
+    outs: &[(DataType, Vec<usize>)],
+    prep: Option<&Prepared>,
+) -> Result<Vec<Buf>> {
+    let rhs = match prep {
+        Some(Prepared::Rhs(p)) => Some(p),
+        _ => None,
+    };
     let out0 = || outs.first().map(|o| o.1.as_slice()).unwrap_or(&[]);
     let one = |b: Buf| Ok(vec![b]);
     match op {
@@ -147,8 +117,18 @@ pub(crate) fn exec(op: &Op, ins: &[In<'_>], outs: &[(DataType, Vec<usize>)]) -> 
             } else {
                 batch.to_vec()
             };
-            let mut y = matmul_f32(&f32_of(a), &pa, *trans_a, &f32_of(b), &pb, *trans_b, &batch)?;
-            apply_epilogue(&mut y, out0(), epilogue, ins)?;
+            let epi = Epi::new(epilogue, ins, out0(), out0().len().saturating_sub(1))?;
+            let y = matmul_f32(
+                &f32_of(a),
+                &pa,
+                *trans_a,
+                &f32_of(b),
+                &pb,
+                *trans_b,
+                &batch,
+                &epi,
+                rhs,
+            )?;
             one(back(a.dtype(), y))
         }
         Op::Gemm {
@@ -162,51 +142,25 @@ pub(crate) fn exec(op: &Op, ins: &[In<'_>], outs: &[(DataType, Vec<usize>)]) -> 
             let (b, sb) = req(ins, 1)?;
             float_only(a.dtype(), "Gemm")?;
             let (m, n) = (out0()[0], out0()[1]);
-            let k = if *trans_a { sa[0] } else { sa[1] };
-            let mut y = vec![0f32; m * n];
-            let mut acc = false;
-            if let Some((c, sc)) = ins.get(2).copied().flatten()
-                && *beta != 0.0
-            {
-                let cv = f32_of(c);
-                let e = movement::expand(&cv, sc, &[m, n]);
-                y = e.into_iter().map(|v| v * beta).collect();
-                acc = true;
-            }
-            let av = f32_of(a);
-            let bv = f32_of(b);
-            let am = if *trans_a {
-                MatRef {
-                    data: &av,
-                    off: 0,
-                    rs: 1,
-                    cs: sa[1],
-                }
-            } else {
-                MatRef {
-                    data: &av,
-                    off: 0,
-                    rs: sa[1],
-                    cs: 1,
-                }
+            let cv = ins.get(2).copied().flatten().map(|(c, sc)| (f32_of(c), sc));
+            let c = match &cv {
+                Some((c, sc)) if *beta != 0.0 => GemmC::Some(c, sc, *beta),
+                _ => GemmC::None,
             };
-            let bm = if *trans_b {
-                MatRef {
-                    data: &bv,
-                    off: 0,
-                    rs: 1,
-                    cs: sb[1],
-                }
-            } else {
-                MatRef {
-                    data: &bv,
-                    off: 0,
-                    rs: sb[1],
-                    cs: 1,
-                }
-            };
-            sgemm(m, n, k, am, bm, &mut y, n, *alpha, acc, true)?;
-            apply_epilogue(&mut y, out0(), epilogue, ins)?;
+            let epi = Epi::new(epilogue, ins, out0(), 1)?;
+            let y = gemm_f32(
+                *alpha,
+                &f32_of(a),
+                sa,
+                *trans_a,
+                &f32_of(b),
+                sb,
+                *trans_b,
+                c,
+                [m, n],
+                &epi,
+                rhs,
+            )?;
             one(back(a.dtype(), y))
         }
         Op::Conv {
@@ -235,8 +189,12 @@ pub(crate) fn exec(op: &Op, ins: &[In<'_>], outs: &[(DataType, Vec<usize>)]) -> 
                 pads,
                 dilations,
             };
-            let mut y = conv_f32(&f32_of(x), &f32_of(w), bias.as_deref(), &g)?;
-            apply_epilogue(&mut y, o, activation, ins)?;
+            let epi = Epi::new(activation, ins, o, 2)?;
+            let packed = match prep {
+                Some(Prepared::ConvWeights(p)) => Some(p.as_slice()),
+                _ => None,
+            };
+            let y = conv_f32(&f32_of(x), &f32_of(w), bias.as_deref(), &g, &epi, packed)?;
             one(back(x.dtype(), y))
         }
         Op::ConvTranspose {

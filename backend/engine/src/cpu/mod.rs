@@ -1,19 +1,31 @@
-//! The CPU executor: runs concrete graphs with our own kernels (the `gemm` crate for matrix
-//! products, rayon for parallelism). Also evaluates host-side nodes during specialisation.
+//! The CPU executor: runs concrete graphs with our own kernels (AVX-512/AVX2 micro-kernels for
+//! matrix products, the `gemm` crate elsewhere; rayon for parallelism). Also evaluates host-side
+//! nodes during specialisation.
 
+mod arena;
 mod buf;
 mod conv;
+mod depthwise;
 mod elementwise;
+mod epilogue;
 mod exec;
+mod fastmath;
 mod gemm;
+mod matmul;
+mod mm;
 mod movement;
 mod norm;
 mod num;
+mod padded;
 mod pool;
 mod reduce;
 mod rnn;
+mod simd;
+mod split;
 
 use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::ir::ConcreteGraph;
@@ -62,11 +74,15 @@ pub(crate) fn eval_host(
     Ok(out)
 }
 
-/// A specialised plan with its constants converted once.
+/// A specialised plan with its constants converted once (weights packed for the matrix products).
 struct CpuPlan {
     graph: ConcreteGraph,
     consts: Vec<Option<Arc<Buf>>>,
     last_use: Vec<Option<usize>>,
+    prepared: Vec<Option<exec::Prepared>>,
+    /// The batch size and the one-sample plan when the batch runs as one-sample runs
+    /// ([`split`]); the plan's own constants and weights are then left empty.
+    split: Option<(usize, Arc<CpuPlan>)>,
 }
 
 impl CpuPlan {
@@ -76,12 +92,70 @@ impl CpuPlan {
             consts[id.0] = Some(Arc::new(Buf::from_tensor(t)?));
         }
         let last_use = graph.last_uses();
+        let prepared = graph
+            .nodes
+            .iter()
+            .map(|node| prepare(&graph, &consts, node))
+            .collect::<Result<_>>()?;
         Ok(CpuPlan {
             graph,
             consts,
             last_use,
+            prepared,
+            split: None,
         })
     }
+
+    /// A plan for `graph` (batch `n`) that runs its samples apart on `one`.
+    fn split(graph: ConcreteGraph, n: usize, one: Arc<CpuPlan>) -> CpuPlan {
+        CpuPlan {
+            graph,
+            consts: Vec::new(),
+            last_use: Vec::new(),
+            prepared: Vec::new(),
+            split: Some((n, one)),
+        }
+    }
+}
+
+/// Pack a node's constant f32 weights for its kernel: a Conv's filters (unless depthwise), a
+/// MatMul's or Gemm's 2-D right-hand side.
+fn prepare(
+    g: &ConcreteGraph,
+    consts: &[Option<Arc<Buf>>],
+    node: &crate::ir::Node,
+) -> Result<Option<exec::Prepared>> {
+    use crate::ir::Op;
+    let isa = simd::isa();
+    let constant = |i: usize| -> Option<(&[f32], &[usize])> {
+        let v = node.input(i)?;
+        match consts[v.0].as_deref() {
+            Some(Buf::F32(d)) => Some((d.as_slice(), g.values[v.0].shape.as_slice())),
+            _ => None,
+        }
+    };
+    let input_shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
+    Ok(match &node.op {
+        Op::Conv { group, .. } => {
+            let (Some((w, sw)), Some(sx)) = (constant(1), input_shape(0)) else {
+                return Ok(None);
+            };
+            let depthwise = *group > 1 && sx.get(1) == Some(group) && sw.first() == Some(group);
+            if depthwise || sx.len() != sw.len() {
+                return Ok(None);
+            }
+            Some(exec::Prepared::ConvWeights(conv::pack_weights(
+                w, sw[0], *group, isa,
+            )?))
+        }
+        Op::MatMul { trans_b, .. } | Op::Gemm { trans_b, .. } => match constant(1) {
+            Some((b, sb)) if sb.len() == 2 => {
+                Some(exec::Prepared::Rhs(matmul::pack_rhs(b, sb, *trans_b, isa)?))
+            }
+            _ => None,
+        },
+        _ => None,
+    })
 }
 
 enum Slot {
@@ -187,7 +261,7 @@ impl Inner {
                 return Ok(p);
             }
         }
-        let plan = Arc::new(CpuPlan::new(self.model.specialise_for(inputs)?)?);
+        let plan = Arc::new(self.build(self.model.specialise_for(inputs)?, inputs)?);
         let mut plans = self
             .plans
             .lock()
@@ -199,101 +273,155 @@ impl Inner {
         Ok(plan)
     }
 
+    /// The plan for `graph`, specialised for `inputs`: split into one-sample runs when every node
+    /// keeps the samples apart and the one-sample plan is this one with batch 1
+    /// ([`split::batch_axis`], [`split::same_but_batch`]); otherwise run as a whole.
+    fn build(&self, graph: ConcreteGraph, inputs: &[Tensor]) -> Result<CpuPlan> {
+        if let Some(n) = split::batch_axis(&graph)
+            && self.model.host_inputs().is_empty()
+            && let Some(first) = inputs
+                .iter()
+                .map(|t| split::sample(t, 0))
+                .collect::<Option<Vec<_>>>()
+            && let Ok(one) = self.model.specialise_for(&first)
+            && split::same_but_batch(&graph, &one)
+        {
+            tracing::debug!(batch = n, "cpu plan: samples run apart");
+            return Ok(CpuPlan::split(graph, n, Arc::new(CpuPlan::new(one)?)));
+        }
+        CpuPlan::new(graph)
+    }
+
     fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let plan = self.plan(&inputs)?;
-        let g = &plan.graph;
-        let mut slots: Vec<Option<Slot>> = (0..g.values.len()).map(|_| None).collect();
-        for (i, c) in plan.consts.iter().enumerate() {
-            if let Some(c) = c {
-                slots[i] = Some(Slot::Shared(c.clone()));
-            }
+        match &plan.split {
+            Some((n, one)) => run_split(one, &inputs, *n),
+            None => execute(&plan, &inputs),
         }
-        for (id, t) in g.inputs.iter().zip(&inputs) {
-            if slots[id.0].is_none() {
-                slots[id.0] = Some(Slot::Owned(Buf::from_tensor(t)?));
-            }
-        }
-        for (ni, node) in g.nodes.iter().enumerate() {
-            let outs: Vec<(DataType, Vec<usize>)> = node
-                .outputs
+    }
+}
+
+/// The `n` samples of `inputs` run apart on `one` (a one-sample plan), in parallel; the outputs
+/// stacked again.
+fn run_split(one: &CpuPlan, inputs: &[Tensor], n: usize) -> Result<Vec<Tensor>> {
+    let per_sample: Vec<Vec<Tensor>> = (0..n)
+        .into_par_iter()
+        .with_max_len(1)
+        .map(|i| {
+            let ins: Vec<Tensor> = inputs
                 .iter()
-                .map(|o| match o {
-                    Some(o) => (g.values[o.0].dtype, g.values[o.0].shape.clone()),
-                    None => (DataType::F32, Vec::new()),
+                .map(|t| split::sample(t, i))
+                .collect::<Option<_>>()
+                .ok_or_else(|| EngineError::internal(format!("cannot take sample {i} of the inputs")))?;
+            execute(one, &ins)
+        })
+        .collect::<Result<_>>()?;
+    (0..one.graph.outputs.len())
+        .map(|j| {
+            let parts: Vec<&Tensor> = per_sample.iter().filter_map(|o| o.get(j)).collect();
+            split::stack(&parts).ok_or_else(|| {
+                EngineError::internal(format!("the per-sample values of output {j} do not stack"))
+            })
+        })
+        .collect()
+}
+
+/// Run `plan` on `inputs` (in signature order).
+fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let g = &plan.graph;
+    let mut slots: Vec<Option<Slot>> = (0..g.values.len()).map(|_| None).collect();
+    for (i, c) in plan.consts.iter().enumerate() {
+        if let Some(c) = c {
+            slots[i] = Some(Slot::Shared(c.clone()));
+        }
+    }
+    for (id, t) in g.inputs.iter().zip(inputs) {
+        if slots[id.0].is_none() {
+            slots[id.0] = Some(Slot::Owned(Buf::from_tensor(t)?));
+        }
+    }
+    for (ni, node) in g.nodes.iter().enumerate() {
+        let outs: Vec<(DataType, Vec<usize>)> = node
+            .outputs
+            .iter()
+            .map(|o| match o {
+                Some(o) => (g.values[o.0].dtype, g.values[o.0].shape.clone()),
+                None => (DataType::F32, Vec::new()),
+            })
+            .collect();
+        // Reshape/Identity of a value at its last use: move the buffer.
+        if matches!(node.op, crate::ir::Op::Reshape { .. } | crate::ir::Op::Identity)
+            && let (Some(src), Some(dst)) = (node.input(0), node.output(0))
+            && plan.last_use[src.0] == Some(ni)
+            && matches!(slots[src.0], Some(Slot::Owned(_)))
+            && node.inputs.iter().flatten().filter(|v| **v == src).count() == 1
+        {
+            slots[dst.0] = slots[src.0].take();
+            continue;
+        }
+        let result = {
+            let ins: Vec<exec::In<'_>> = node
+                .inputs
+                .iter()
+                .map(|i| match i {
+                    Some(v) => slots[v.0]
+                        .as_ref()
+                        .map(|s| (s.buf(), g.values[v.0].shape.as_slice())),
+                    None => None,
                 })
                 .collect();
-            // Reshape/Identity of a value at its last use: move the buffer.
-            if matches!(node.op, crate::ir::Op::Reshape { .. } | crate::ir::Op::Identity)
-                && let (Some(src), Some(dst)) = (node.input(0), node.output(0))
-                && plan.last_use[src.0] == Some(ni)
-                && matches!(slots[src.0], Some(Slot::Owned(_)))
-                && node.inputs.iter().flatten().filter(|v| **v == src).count() == 1
+            if ins
+                .iter()
+                .zip(&node.inputs)
+                .any(|(a, b)| a.is_none() && b.is_some())
             {
-                slots[dst.0] = slots[src.0].take();
-                continue;
+                return Err(EngineError::internal(format!(
+                    "node '{}': an input was freed too early",
+                    node.name
+                )));
             }
-            let result = {
-                let ins: Vec<exec::In<'_>> = node
-                    .inputs
-                    .iter()
-                    .map(|i| match i {
-                        Some(v) => slots[v.0]
-                            .as_ref()
-                            .map(|s| (s.buf(), g.values[v.0].shape.as_slice())),
-                        None => None,
-                    })
-                    .collect();
-                if ins
-                    .iter()
-                    .zip(&node.inputs)
-                    .any(|(a, b)| a.is_none() && b.is_some())
-                {
+            exec::exec_prepared(&node.op, &ins, &outs, plan.prepared[ni].as_ref())
+                .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
+        };
+        for (o, b) in node.outputs.iter().zip(result) {
+            if let Some(o) = o {
+                let v = &g.values[o.0];
+                if b.dtype() != v.dtype || b.len() != v.len() {
                     return Err(EngineError::internal(format!(
-                        "node '{}': an input was freed too early",
-                        node.name
+                        "node '{}' produced {} x{} for '{}' ({} {:?})",
+                        node.name,
+                        b.dtype(),
+                        b.len(),
+                        v.name,
+                        v.dtype,
+                        v.shape
                     )));
                 }
-                exec::exec(&node.op, &ins, &outs)
-                    .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
-            };
-            for (o, b) in node.outputs.iter().zip(result) {
-                if let Some(o) = o {
-                    let v = &g.values[o.0];
-                    if b.dtype() != v.dtype || b.len() != v.len() {
-                        return Err(EngineError::internal(format!(
-                            "node '{}' produced {} x{} for '{}' ({} {:?})",
-                            node.name,
-                            b.dtype(),
-                            b.len(),
-                            v.name,
-                            v.dtype,
-                            v.shape
-                        )));
-                    }
-                    slots[o.0] = Some(Slot::Owned(b));
-                }
-            }
-            for v in node.inputs.iter().flatten() {
-                if plan.last_use[v.0] == Some(ni) {
-                    slots[v.0] = None;
-                }
+                slots[o.0] = Some(Slot::Owned(b));
             }
         }
-        let mut outputs = Vec::with_capacity(g.outputs.len());
-        for o in &g.outputs {
-            let v = &g.values[o.0];
-            let b = match slots[o.0].as_ref() {
-                Some(Slot::Shared(b)) => (**b).clone(),
-                Some(Slot::Owned(b)) => b.clone(),
-                None => {
-                    return Err(EngineError::internal(format!(
-                        "output '{}' was not computed",
-                        v.name
-                    )));
-                }
-            };
-            outputs.push(b.into_tensor(v.shape.clone())?);
+        for v in node.inputs.iter().flatten() {
+            if plan.last_use[v.0] == Some(ni)
+                && let Some(Slot::Owned(Buf::F32(b))) = slots[v.0].take()
+            {
+                arena::give(b);
+            }
         }
-        Ok(outputs)
     }
+    let mut outputs = Vec::with_capacity(g.outputs.len());
+    for o in &g.outputs {
+        let v = &g.values[o.0];
+        let b = match slots[o.0].as_ref() {
+            Some(Slot::Shared(b)) => (**b).clone(),
+            Some(Slot::Owned(b)) => b.clone(),
+            None => {
+                return Err(EngineError::internal(format!(
+                    "output '{}' was not computed",
+                    v.name
+                )));
+            }
+        };
+        outputs.push(b.into_tensor(v.shape.clone())?);
+    }
+    Ok(outputs)
 }

@@ -32,8 +32,7 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
     }
     let inner = out[r - 1];
     let is = strides[r - 1];
-    let rows = n / inner;
-    let row = |ri: usize| -> Vec<T> {
+    let start = |ri: usize| -> isize {
         let mut rem = ri;
         let mut off = base;
         for d in (0..r - 1).rev() {
@@ -41,15 +40,38 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
             rem /= out[d];
             off += i as isize * strides[d];
         }
-        (0..inner)
-            .map(|j| src[(off + j as isize * is) as usize].clone())
-            .collect()
+        off
     };
-    if n >= 1 << 15 {
-        (0..rows).into_par_iter().flat_map_iter(row).collect()
-    } else {
-        (0..rows).flat_map(row).collect()
+    // rows written in place (a contiguous row is one slice copy)
+    let row = |ri: usize, dst: &mut [T]| {
+        let off = start(ri);
+        if is == 1 {
+            dst.clone_from_slice(&src[off as usize..off as usize + inner]);
+        } else {
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = src[(off + j as isize * is) as usize].clone();
+            }
+        }
+    };
+    let mut res = vec![src[base as usize].clone(); n];
+    if inner == 0 {
+        return res;
     }
+    if n >= 1 << 15 {
+        let per = ((1 << 13) / inner).max(1);
+        res.par_chunks_mut(per * inner)
+            .enumerate()
+            .for_each(|(ci, chunk)| {
+                for (k, dst) in chunk.chunks_mut(inner).enumerate() {
+                    row(ci * per + k, dst);
+                }
+            });
+    } else {
+        res.chunks_mut(inner)
+            .enumerate()
+            .for_each(|(ri, dst)| row(ri, dst));
+    }
+    res
 }
 
 pub(crate) fn transpose<T: Clone + Send + Sync>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
@@ -378,7 +400,15 @@ pub(crate) fn resize_f32(x: &[f32], shape: &[usize], out: &[usize], p: &ResizePa
     let mut cur_shape = shape.to_vec();
     // NaN marks extrapolated values until the end (only used by tf_crop_and_resize)
     let mut any_extra = false;
-    for axis in 0..rank {
+    // Axes that shrink first, then those that grow; among equals the last axis first, whose
+    // values are resized one at a time (the others move whole rows).
+    let mut order: Vec<usize> = (0..rank).collect();
+    order.sort_by(|&a, &b| {
+        let ra = out[a] as f64 / shape[a].max(1) as f64;
+        let rb = out[b] as f64 / shape[b].max(1) as f64;
+        ra.total_cmp(&rb).then((a + 1 != rank).cmp(&(b + 1 != rank)))
+    });
+    for axis in order {
         if cur_shape[axis] == out[axis] && p.scales[axis] == 1.0 && p.coord != CoordTransform::TfCropAndResize
         {
             continue;
@@ -395,6 +425,15 @@ pub(crate) fn resize_f32(x: &[f32], shape: &[usize], out: &[usize], p: &ResizePa
             .enumerate()
             .for_each(|(oi, dst)| {
                 let src = &cur[oi * in_len * inner..(oi + 1) * in_len * inner];
+                if inner == 1 {
+                    for (d, t) in dst.iter_mut().zip(&tap) {
+                        *d = match t {
+                            None => f32::NAN,
+                            Some(t) => t.iter().fold(0.0, |acc, &(i, w)| acc + w * src[i]),
+                        };
+                    }
+                    return;
+                }
                 for (o, t) in tap.iter().enumerate() {
                     let d = &mut dst[o * inner..(o + 1) * inner];
                     match t {

@@ -2,6 +2,10 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::depthwise::{V, tap_offsets};
+use crate::cpu::padded::{PadPlane, Window};
+use crate::cpu::simd::multiversion;
+
 /// Pooling geometry.
 pub(crate) struct PoolGeom<'a> {
     pub(crate) in_sp: &'a [usize],
@@ -19,40 +23,75 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
     }
 }
 
-/// 2-D max pooling without indices (the common case): direct loops, no index arithmetic per tap.
+/// 2-D max pooling without indices (the common case): padded planes with −∞ borders
+/// ([`PadPlane`]), vectors of outputs maxed over all taps.
 fn max_pool_2d(x: &[f32], planes: usize, g: &PoolGeom<'_>) -> Vec<f32> {
-    let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
-    let (oh, ow) = (g.out_sp[0], g.out_sp[1]);
-    let (kh, kw) = (g.kernel[0], g.kernel[1]);
-    let (sh, sw) = (g.strides[0], g.strides[1]);
-    let (dh, dw) = (g.dilations[0], g.dilations[1]);
-    let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
-    let mut out = vec![0f32; planes * oh * ow];
-    out.par_chunks_mut((oh * ow).max(1))
+    let win = Window::new(g.in_sp, g.out_sp, g.kernel, g.strides, g.dilations, g.pads);
+    let (plane_in, plane_out) = (win.ih * win.iw, win.oh * win.ow);
+    // every element is written by `max_plane`
+    let mut out = crate::cpu::arena::take(planes * plane_out);
+    if plane_out == 0 {
+        return out;
+    }
+    let pp = PadPlane::new(&win, V);
+    let taps = tap_offsets(&pp, &win);
+    let isa = crate::cpu::simd::isa();
+    out.par_chunks_mut(plane_out)
         .enumerate()
-        .for_each(|(p, dst)| {
-            let src = &x[p * ih * iw..(p + 1) * ih * iw];
-            for y in 0..oh {
-                for xo in 0..ow {
-                    let mut best = f32::NEG_INFINITY;
-                    for ky in 0..kh {
-                        let r = (y * sh + ky * dh) as isize - pt;
-                        if r < 0 || r >= ih as isize {
-                            continue;
-                        }
-                        let row = &src[r as usize * iw..(r as usize + 1) * iw];
-                        for kx in 0..kw {
-                            let c = (xo * sw + kx * dw) as isize - pl;
-                            if c >= 0 && c < iw as isize {
-                                best = best.max(row[c as usize]);
-                            }
-                        }
-                    }
-                    dst[y * ow + xo] = best;
-                }
+        .for_each_init(Vec::new, |scratch, (p, dst)| {
+            let fresh = scratch.len() != pp.len();
+            if fresh {
+                scratch.resize(pp.len(), f32::NEG_INFINITY);
             }
+            let src = &x[p * plane_in..(p + 1) * plane_in];
+            max_plane(isa, &win, &pp, &taps, src, fresh, scratch, dst);
         });
     out
+}
+
+#[inline(always)]
+fn max_plane_body<const FMA: bool>(
+    win: &Window,
+    pp: &PadPlane,
+    taps: &[usize],
+    src: &[f32],
+    fresh: bool,
+    scratch: &mut [f32],
+    dst: &mut [f32],
+) {
+    pp.fill(src, f32::NEG_INFINITY, fresh, scratch);
+    let ow = win.ow;
+    for oy in 0..win.oh {
+        let drow = &mut dst[oy * ow..(oy + 1) * ow];
+        let row0 = pp.row_offset(oy);
+        for ox0 in (0..ow).step_by(V) {
+            let mut best = [f32::NEG_INFINITY; V];
+            for &off in taps {
+                let base = row0 + ox0 + off;
+                let Some(s) = scratch.get(base..base + V) else {
+                    continue;
+                };
+                for (b, &s) in best.iter_mut().zip(s) {
+                    *b = b.max(s);
+                }
+            }
+            let n = V.min(ow - ox0);
+            drow[ox0..ox0 + n].copy_from_slice(&best[..n]);
+        }
+    }
+}
+
+multiversion! {
+    #[allow(clippy::too_many_arguments)]
+    fn max_plane(
+        win: &Window,
+        pp: &PadPlane,
+        taps: &[usize],
+        src: &[f32],
+        fresh: bool,
+        scratch: &mut [f32],
+        dst: &mut [f32],
+    ) = max_plane_body;
 }
 
 /// Max pooling; also returns flat indices into x (row-major, or column-major spatial when `col`).
@@ -166,4 +205,46 @@ pub(crate) fn avg_pool(x: &[f32], planes: usize, g: &PoolGeom<'_>, count_include
             }
         });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The padded-plane 2-D max pooling against the general N-d loop (which also gives indices).
+    #[test]
+    fn max_pooling_2d_matches_the_general_loop() {
+        // (h, w, kernel, strides, pads, dilations, output)
+        type Case = (
+            usize,
+            usize,
+            [usize; 2],
+            [usize; 2],
+            [usize; 4],
+            [usize; 2],
+            [usize; 2],
+        );
+        let cases: [Case; 4] = [
+            (112, 112, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], [56, 56]),
+            (7, 9, [2, 3], [1, 2], [0, 1, 1, 1], [1, 1], [7, 5]),
+            (10, 10, [3, 3], [3, 3], [0, 0, 0, 0], [2, 1], [2, 3]),
+            (5, 5, [3, 3], [2, 2], [0, 0, 1, 1], [1, 1], [3, 3]),
+        ];
+        for (h, w, kernel, strides, pads, dilations, out) in cases {
+            let x: Vec<f32> = (0..3 * h * w)
+                .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
+                .collect();
+            let g = PoolGeom {
+                in_sp: &[h, w],
+                out_sp: &out,
+                kernel: &kernel,
+                strides: &strides,
+                pads: &pads,
+                dilations: &dilations,
+            };
+            let (fast, _) = max_pool(&x, 3, &g, false, false);
+            let (general, _) = max_pool(&x, 3, &g, false, true);
+            assert_eq!(fast, general, "{h}x{w} kernel {kernel:?} strides {strides:?}");
+        }
+    }
 }

@@ -2,6 +2,8 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::fastmath;
+use crate::cpu::simd::multiversion;
 use crate::ir::ReduceOp;
 
 /// Split a shape around a set of sorted reduced axes into (kept positions, reduced positions) via a
@@ -43,6 +45,19 @@ fn fold(v: &[f64], op: ReduceOp) -> f64 {
     }
 }
 
+/// Sum in f64 over 8 interleaved partial sums (so that it vectorises).
+fn sum_f64(v: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = v.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|&a| f64::from(a)).sum();
+    for c in chunks {
+        for (s, &a) in acc.iter_mut().zip(c) {
+            *s += f64::from(a);
+        }
+    }
+    acc.iter().sum::<f64>() + tail
+}
+
 /// Fast f32 reduce: a contiguous trailing block is reduced directly, others via transpose.
 pub(crate) fn reduce_f32(x: &[f32], shape: &[usize], axes: &[usize], op: ReduceOp) -> Vec<f32> {
     let r = shape.len();
@@ -64,8 +79,8 @@ pub(crate) fn reduce_f32(x: &[f32], shape: &[usize], axes: &[usize], op: ReduceO
     }
     let f = |v: &[f32]| -> f32 {
         match op {
-            ReduceOp::Sum => v.iter().map(|&a| f64::from(a)).sum::<f64>() as f32,
-            ReduceOp::Mean => (v.iter().map(|&a| f64::from(a)).sum::<f64>() / v.len() as f64) as f32,
+            ReduceOp::Sum => sum_f64(v) as f32,
+            ReduceOp::Mean => (sum_f64(v) / v.len() as f64) as f32,
             ReduceOp::Max => v.iter().copied().fold(f32::NEG_INFINITY, f32::max),
             ReduceOp::Min => v.iter().copied().fold(f32::INFINITY, f32::min),
             _ => fold(&v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>(), op) as f32,
@@ -138,13 +153,73 @@ pub(crate) fn softmax_f32(x: &[f32], outer: usize, d: usize, inner: usize, log: 
             }
         }
     };
+    let isa = crate::cpu::simd::isa();
+    let rows = |blk: &mut [f32]| {
+        if inner == 1 {
+            softmax_rows(isa, blk, d, log);
+        } else {
+            blk.chunks_mut(d * inner).for_each(body);
+        }
+    };
     if outer * d * inner >= 1 << 14 {
-        out.par_chunks_mut(d * inner).for_each(body);
+        let per = ((1 << 12) / (d * inner)).max(1);
+        out.par_chunks_mut(per * d * inner).for_each(rows);
     } else {
-        out.chunks_mut(d * inner).for_each(body);
+        rows(&mut out);
     }
-    let _ = outer;
     out
+}
+
+/// Softmax of contiguous rows of `d` values, with the vectorising exp of `cpu::fastmath` and
+/// 8-lane partial max and sum.
+#[inline(always)]
+fn softmax_rows_body<const FMA: bool>(blk: &mut [f32], d: usize, log: bool) {
+    for row in blk.chunks_exact_mut(d) {
+        let mut mx = [f32::NEG_INFINITY; 8];
+        let chunks = row.chunks_exact(8);
+        let mut m = chunks
+            .remainder()
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        for c in chunks {
+            for (a, &v) in mx.iter_mut().zip(c) {
+                *a = a.max(v);
+            }
+        }
+        m = mx.iter().copied().fold(m, f32::max);
+        let mut acc = [0f32; 8];
+        let mut tail = 0f32;
+        let mut chunks = row.chunks_exact_mut(8);
+        for c in &mut chunks {
+            for (a, v) in acc.iter_mut().zip(c.iter_mut()) {
+                let e = fastmath::exp::<FMA>(*v - m);
+                if !log {
+                    *v = e;
+                }
+                *a += e;
+            }
+        }
+        for v in chunks.into_remainder() {
+            let e = fastmath::exp::<FMA>(*v - m);
+            if !log {
+                *v = e;
+            }
+            tail += e;
+        }
+        let s = acc.iter().sum::<f32>() + tail;
+        if log {
+            let shift = m + s.ln();
+            row.iter_mut().for_each(|v| *v -= shift);
+        } else {
+            let inv = 1.0 / s;
+            row.iter_mut().for_each(|v| *v *= inv);
+        }
+    }
+}
+
+multiversion! {
+    fn softmax_rows(blk: &mut [f32], d: usize, log: bool) = softmax_rows_body;
 }
 
 /// TopK along an axis: (values as f64, indices). Ties keep the lower index first.

@@ -1,0 +1,255 @@
+use super::*;
+use crate::cpu::simd::all_available;
+
+/// Relative tolerance of an f32 product against the f64 reference, per √k accumulated terms.
+const RTOL: f64 = 1e-5;
+
+fn det(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            ((s >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Adds `row * 0.5 - col * 0.25` so a tail applied to the wrong place shows.
+struct Marker;
+
+impl RowEpilogue for Marker {
+    fn is_noop(&self) -> bool {
+        false
+    }
+    fn apply_rows(&self, row0: usize, col0: usize, rows: &mut [&mut [f32]]) {
+        for (i, v) in rows.iter_mut().enumerate() {
+            for (j, x) in v.iter_mut().enumerate() {
+                *x += (row0 + i) as f32 * 0.5 - (col0 + j) as f32 * 0.25;
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum BKind {
+    /// row-major, row stride ldb, read block by block
+    Dense,
+    /// stored transposed (n × k), read block by block
+    Transposed,
+    /// packed once
+    Packed,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(isa: Isa, m: usize, n: usize, k: usize, ldb: usize, ldc: usize, init: u8, bkind: BKind, par: bool) {
+    let alpha = 0.5;
+    let a = det(m * k, 1);
+    let b = det(k.max(1) * ldb.max(n), 2);
+    let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * ldb + i / k]).collect();
+    let bias_r = det(m, 3);
+    let bias_c = det(n, 4);
+    let start = det(m.max(1) * ldc, 5);
+    let mut c = vec![f32::NAN; m.max(1) * ldc];
+    if init == 3 {
+        c.copy_from_slice(&start);
+    }
+    let pa = PackedA::pack(
+        MatRef {
+            data: &a,
+            off: 0,
+            rs: k,
+            cs: 1,
+        },
+        m,
+        k,
+        alpha,
+        isa,
+    )
+    .unwrap();
+    let init_v = match init {
+        0 => Init::Zero,
+        1 => Init::Row(&bias_r),
+        2 => Init::Col(&bias_c),
+        _ => Init::Acc,
+    };
+    let dense = MatRef {
+        data: &b,
+        off: 0,
+        rs: ldb,
+        cs: 1,
+    };
+    let trans = MatRef {
+        data: &bt,
+        off: 0,
+        rs: 1,
+        cs: k,
+    };
+    let res = match bkind {
+        BKind::Dense => {
+            let src = DenseB::new(dense, k, n).unwrap();
+            gemm(
+                &pa,
+                BOp::Src { src: &src, k, n },
+                &mut c,
+                ldc,
+                init_v,
+                &Marker,
+                par,
+            )
+        }
+        BKind::Transposed => {
+            let src = DenseB::new(trans, k, n).unwrap();
+            gemm(
+                &pa,
+                BOp::Src { src: &src, k, n },
+                &mut c,
+                ldc,
+                init_v,
+                &Marker,
+                par,
+            )
+        }
+        BKind::Packed => {
+            let pb = PackedB::pack(dense, k, n, 1.0, isa).unwrap();
+            assert_eq!((pb.k(), pb.n()), (k, n));
+            gemm(&pa, BOp::Packed(&pb), &mut c, ldc, init_v, &Marker, par)
+        }
+    };
+    res.unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let mut want = match init {
+                0 => 0.0,
+                1 => f64::from(bias_r[i]),
+                2 => f64::from(bias_c[j]),
+                _ => f64::from(start[i * ldc + j]),
+            };
+            for kk in 0..k {
+                want += f64::from(alpha * a[i * k + kk]) * f64::from(b[kk * ldb + j]);
+            }
+            want += i as f64 * 0.5 - j as f64 * 0.25;
+            let got = f64::from(c[i * ldc + j]);
+            assert!(
+                (got - want).abs() <= RTOL * (1.0 + want.abs()) * (k as f64).sqrt().max(1.0),
+                "{isa:?} {bkind:?} m={m} n={n} k={k} init={init} at ({i},{j}): {got} vs {want}"
+            );
+        }
+        for j in n..ldc {
+            let v = c[i * ldc + j];
+            let untouched = if init == 3 {
+                v == start[i * ldc + j]
+            } else {
+                v.is_nan()
+            };
+            assert!(untouched, "{isa:?}: wrote past column {n} in row {i}");
+        }
+    }
+}
+
+/// Shapes around every tile edge of both kernels (MR 8/4, NR 48/24, vectors of 16/8 lanes, KC
+/// blocks of 128/256), with row and column strides wider than the matrix.
+const SHAPES: [(usize, usize, usize); 14] = [
+    (1, 1, 1),
+    (2, 5, 3),
+    (3, 70, 17),
+    (4, 33, 9),
+    (5, 16, 8),
+    (8, 48, 16),
+    (9, 49, 129),
+    (13, 97, 300),
+    (24, 100, 7),
+    (7, 17, 257),
+    (40, 130, 513),
+    (72, 200, 27),
+    (1, 1024, 64),
+    (100, 1, 40),
+];
+
+#[test]
+fn products_match_a_naive_loop_on_every_instruction_set() {
+    for isa in all_available() {
+        for &(m, n, k) in &SHAPES {
+            for init in 0..4 {
+                check(isa, m, n, k, n + 3, n + 5, init, BKind::Dense, false);
+            }
+            check(isa, m, n, k, n + 3, n + 5, 1, BKind::Transposed, false);
+            check(isa, m, n, k, n, n + 2, 2, BKind::Packed, false);
+            check(isa, m, n, k, n, n, 1, BKind::Dense, true);
+            check(isa, m, n, k, n, n, 0, BKind::Packed, true);
+        }
+    }
+}
+
+#[test]
+fn large_products_split_over_threads_match() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    pool.install(|| {
+        for isa in all_available() {
+            check(isa, 96, 1000, 150, 1000, 1000, 1, BKind::Dense, true);
+            check(isa, 300, 50, 300, 50, 50, 2, BKind::Packed, true);
+        }
+    });
+}
+
+#[test]
+fn empty_depth_gives_init_plus_tail_and_bad_bounds_are_errors() {
+    for isa in all_available() {
+        check(isa, 7, 16, 0, 16, 16, 1, BKind::Dense, false);
+        check(isa, 0, 4, 3, 4, 4, 0, BKind::Dense, false);
+        let a = det(6, 1);
+        let pa = PackedA::pack(
+            MatRef {
+                data: &a,
+                off: 0,
+                rs: 3,
+                cs: 1,
+            },
+            2,
+            3,
+            1.0,
+            isa,
+        )
+        .unwrap();
+        assert_eq!(pa.m(), 2);
+        let b = det(12, 2);
+        let bm = MatRef {
+            data: &b,
+            off: 0,
+            rs: 4,
+            cs: 1,
+        };
+        let src = DenseB::new(bm, 3, 4).unwrap();
+        let mut c = vec![0.0; 7];
+        let e = gemm(
+            &pa,
+            BOp::Src {
+                src: &src,
+                k: 3,
+                n: 4,
+            },
+            &mut c,
+            4,
+            Init::Zero,
+            &Marker,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("bounds"), "{e}");
+        let e = gemm(
+            &pa,
+            BOp::Src {
+                src: &src,
+                k: 2,
+                n: 4,
+            },
+            &mut [0.0; 8],
+            4,
+            Init::Zero,
+            &Marker,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("bounds"), "{e}");
+        assert!(DenseB::new(bm, 4, 4).is_err());
+    }
+}

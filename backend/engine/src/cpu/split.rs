@@ -1,0 +1,256 @@
+//! Batch splitting: a plan in which every node treats the samples along axis 0 of the inputs
+//! independently runs as one sub-run per sample, spread over the pool's threads, so that each
+//! worker's activations stay in its caches (a batch-16 MobileNet's layers do not fit in L2; one
+//! sample's do). The outputs are the per-sample outputs concatenated along axis 0.
+//!
+//! Two checks make this exact rather than a heuristic:
+//! - [`batch_axis`] follows the sample axis through the full-batch plan with a per-op rule (a
+//!   Conv's input 0 carries it, its weights must not; a Reduce must not reduce axis 0; a broadcast
+//!   operand without the sample axis must have size 1 there or a smaller rank; …). Any op without a
+//!   rule, or any use that could mix samples, refuses the split.
+//! - [`same_but_batch`] checks that the one-sample plan, specialised from the model on its own, is
+//!   the full plan with the batch dim set to 1: same nodes and attributes, same shapes elsewhere,
+//!   identical constants (so nothing folded at specialisation depends on the batch size).
+
+use crate::ir::{ConcreteGraph, CoordTransform, Op, ResizeMode};
+use crate::tensor::{DataType, Tensor};
+
+/// The batch size `n` when `g` can run as `n` independent one-sample runs: every input and output
+/// has `n` (≥ 2) as its first dim and every node keeps the samples apart. `None` otherwise.
+pub(crate) fn batch_axis(g: &ConcreteGraph) -> Option<usize> {
+    batched_values(g).map(|(n, _)| n)
+}
+
+/// The batch size and, per value, whether its axis 0 is the sample axis.
+fn batched_values(g: &ConcreteGraph) -> Option<(usize, Vec<bool>)> {
+    let first = g.inputs.first()?;
+    let n = *g.values[first.0].shape.first()?;
+    if n < 2 {
+        return None;
+    }
+    let fixed_width = |dt: DataType| dt != DataType::String;
+    let mut batched = vec![false; g.values.len()];
+    for id in &g.inputs {
+        let v = &g.values[id.0];
+        if v.shape.first() != Some(&n) || !fixed_width(v.dtype) || g.constants.contains_key(id) {
+            return None;
+        }
+        batched[id.0] = true;
+    }
+    for node in &g.nodes {
+        let any_batched = node.inputs.iter().flatten().any(|v| batched[v.0]);
+        if !any_batched {
+            // computed from constants only: the same for every sample
+            continue;
+        }
+        let ok = node_keeps_samples_apart(g, node, n, &batched);
+        if !ok {
+            return None;
+        }
+        for o in node.outputs.iter().flatten() {
+            let v = &g.values[o.0];
+            if v.shape.first() != Some(&n) || !fixed_width(v.dtype) {
+                return None;
+            }
+            batched[o.0] = true;
+        }
+    }
+    g.outputs.iter().all(|o| batched[o.0]).then_some((n, batched))
+}
+
+/// `axis` counted from the front.
+fn norm(axis: i64, rank: usize) -> Option<usize> {
+    let a = if axis < 0 { axis + rank as i64 } else { axis };
+    usize::try_from(a).ok().filter(|&a| a < rank)
+}
+
+/// The per-op rule: true when every sample of the node's outputs depends only on the same sample
+/// of its batched inputs (and on values shared by all samples).
+fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize, batched: &[bool]) -> bool {
+    let shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
+    let is_b = |i: usize| node.input(i).is_some_and(|v| batched[v.0]);
+    let out_rank = node.output(0).map_or(0, |o| g.values[o.0].shape.len());
+    let x_rank = shape(0).map_or(0, <[usize]>::len);
+    // input i broadcast against the output: carries the sample axis at the output's axis 0, or is
+    // shared by all samples (size 1 at the output's axis 0, or a smaller rank)
+    let broadcasts = |i: usize| match node.input(i) {
+        None => true,
+        Some(v) => {
+            let s = &g.values[v.0].shape;
+            if batched[v.0] {
+                s.len() == out_rank && s.first() == Some(&n)
+            } else {
+                s.len() < out_rank || s.first() == Some(&1)
+            }
+        }
+    };
+    let shared = |i: usize| !is_b(i);
+    let x_batched = is_b(0) && x_rank >= 1;
+    // inputs from `from` on (fused epilogue operands) broadcast against the output
+    let rest_broadcast = |from: usize| (from..node.inputs.len()).all(broadcasts);
+    match &node.op {
+        Op::Unary(_) | Op::Cast { .. } | Op::Identity | Op::DepthToSpace { .. } => x_batched,
+        Op::Binary(_) | Op::Where => rest_broadcast(0),
+        Op::Conv { .. } => x_batched && shared(1) && shared(2) && rest_broadcast(3),
+        Op::ConvTranspose { .. } => x_batched && shared(1) && shared(2) && node.inputs.len() <= 3,
+        Op::Gemm { trans_a, .. } => {
+            let c_ok = match shape(2) {
+                None => true,
+                Some(c) => shared(2) && (c.len() < 2 || c.first() == Some(&1)),
+            };
+            x_batched && !trans_a && shared(1) && c_ok && rest_broadcast(3)
+        }
+        Op::MatMul { trans_a, .. } => {
+            let (ra, rb) = (x_rank, shape(1).map_or(0, <[usize]>::len));
+            let operands = if out_rank == 2 {
+                // rows of a are samples; b is shared
+                ra == 2 && is_b(0) && !trans_a && shared(1)
+            } else {
+                out_rank >= 3 && ra >= 2 && rb >= 2 && broadcasts(0) && broadcasts(1)
+            };
+            operands && rest_broadcast(2)
+        }
+        Op::BatchNormalization { .. } | Op::InstanceNormalization { .. } => {
+            x_batched && (1..node.inputs.len()).all(shared)
+        }
+        Op::LayerNormalization { axis, .. } => {
+            x_batched && norm(*axis, x_rank).is_some_and(|a| a >= 1) && shared(1) && shared(2)
+        }
+        // MaxPool's optional indices are offsets into the whole batch
+        Op::MaxPool { .. } => x_batched && node.output(1).is_none(),
+        Op::AveragePool { .. } | Op::GlobalAveragePool | Op::GlobalMaxPool => x_batched,
+        Op::Reduce { axes, .. } => {
+            x_batched && !axes.is_empty() && axes.iter().all(|&a| norm(a, x_rank).is_some_and(|a| a >= 1))
+        }
+        Op::ArgReduce { axis, .. }
+        | Op::Softmax { axis, .. }
+        | Op::TopK { axis, .. }
+        | Op::Split { axis, .. } => x_batched && norm(*axis, x_rank).is_some_and(|a| a >= 1),
+        // row-major: with the first dim kept, each sample's block stays in place
+        Op::Reshape { .. } => x_batched,
+        Op::Transpose { perm } => x_batched && perm.first() == Some(&0),
+        Op::Concat { axis } => {
+            norm(*axis, out_rank).is_some_and(|a| a >= 1)
+                && node.inputs.iter().flatten().all(|v| batched[v.0])
+        }
+        Op::Slice { starts, steps } => x_batched && starts.first() == Some(&0) && steps.first() == Some(&1),
+        Op::Gather { axis } => {
+            let a = norm(*axis, x_rank);
+            let idx_rank = shape(1).map_or(0, <[usize]>::len);
+            // take along a later axis of batched data, or an embedding lookup of batched indices
+            (x_batched && shared(1) && a.is_some_and(|a| a >= 1))
+                || (shared(0) && is_b(1) && idx_rank >= 1 && a == Some(0))
+        }
+        Op::GatherElements { axis } => {
+            x_batched
+                && is_b(1)
+                && shape(1).map(<[usize]>::len) == Some(x_rank)
+                && norm(*axis, x_rank).is_some_and(|a| a >= 1)
+        }
+        Op::Expand => x_batched && x_rank == out_rank,
+        Op::Tile { repeats } => x_batched && repeats.first() == Some(&1),
+        Op::Pad { pads, .. } => x_batched && pads.first() == Some(&0) && pads.get(x_rank) == Some(&0),
+        // scale 1 on axis 0 reads exactly the same sample with nearest or linear weights (cubic
+        // weights of the neighbours are only zero up to rounding)
+        Op::Resize {
+            scales, coord, mode, ..
+        } => {
+            x_batched
+                && scales.first() == Some(&1.0)
+                && matches!(mode, ResizeMode::Nearest | ResizeMode::Linear)
+                && !matches!(
+                    coord,
+                    CoordTransform::TfCropAndResize | CoordTransform::AlignCorners
+                )
+        }
+        // recurrent ops keep the batch on axis 1; the rest never reach an executor
+        Op::Lstm { .. }
+        | Op::Gru { .. }
+        | Op::Flatten { .. }
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. }
+        | Op::Shape { .. }
+        | Op::Size
+        | Op::ConstantOfShape { .. }
+        | Op::Range
+        | Op::If { .. } => false,
+    }
+}
+
+/// True when `one` (specialised for one sample) is `full` (specialised for `n`) with the sample
+/// axis of every batched value set to 1: same nodes, wiring, dtypes, other dims and constants.
+pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool {
+    let Some((_, batched)) = batched_values(full) else {
+        return false;
+    };
+    if full.values.len() != one.values.len()
+        || full.nodes.len() != one.nodes.len()
+        || full.inputs != one.inputs
+        || full.outputs != one.outputs
+        || full.constants != one.constants
+    {
+        return false;
+    }
+    let values_match = full
+        .values
+        .iter()
+        .zip(&one.values)
+        .zip(&batched)
+        .all(|((a, b), &bat)| {
+            a.dtype == b.dtype
+                && a.shape.len() == b.shape.len()
+                && if bat {
+                    b.shape.first() == Some(&1) && a.shape[1..] == b.shape[1..]
+                } else {
+                    a.shape == b.shape
+                }
+        });
+    values_match
+        && full
+            .nodes
+            .iter()
+            .zip(&one.nodes)
+            .all(|(a, b)| a.op == b.op && a.inputs == b.inputs && a.outputs == b.outputs)
+}
+
+/// Sample `i` of a batched tensor (no copy).
+pub(crate) fn sample(t: &Tensor, i: usize) -> Option<Tensor> {
+    let n = *t.shape.first()?;
+    let per = t.data.len() / n.max(1);
+    if i >= n || per * n != t.data.len() {
+        return None;
+    }
+    let mut shape = t.shape.clone();
+    shape[0] = 1;
+    Some(Tensor {
+        dtype: t.dtype,
+        shape,
+        data: t.data.slice(i * per..(i + 1) * per),
+    })
+}
+
+/// The one-sample tensors `parts` stacked along axis 0.
+pub(crate) fn stack(parts: &[&Tensor]) -> Option<Tensor> {
+    let first = parts.first()?;
+    if parts
+        .iter()
+        .any(|p| p.dtype != first.dtype || p.shape != first.shape)
+        || first.shape.first() != Some(&1)
+    {
+        return None;
+    }
+    let mut data = Vec::with_capacity(first.data.len() * parts.len());
+    for p in parts {
+        data.extend_from_slice(&p.data);
+    }
+    let mut shape = first.shape.clone();
+    shape[0] = parts.len();
+    Some(Tensor {
+        dtype: first.dtype,
+        shape,
+        data: data.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,151 @@
+use super::*;
+use crate::ir::{ConcreteValue, Node, ReduceOp, ValueId};
+use std::collections::BTreeMap;
+
+/// A chain `x → op → y` plus the extra constant inputs `consts` (shape each), with `x` [n, 8, 4, 4].
+fn graph(op: Op, n: usize, consts: &[Vec<usize>], out: Vec<usize>) -> ConcreteGraph {
+    let val = |name: &str, shape: Vec<usize>| ConcreteValue {
+        name: name.into(),
+        dtype: DataType::F32,
+        shape,
+    };
+    let mut values = vec![val("x", vec![n, 8, 4, 4])];
+    let mut constants = BTreeMap::new();
+    let mut inputs = vec![Some(ValueId(0))];
+    for (i, s) in consts.iter().enumerate() {
+        let id = ValueId(values.len());
+        let len: usize = s.iter().product();
+        constants.insert(id, Tensor::from_vec(s.clone(), vec![0.5f32; len]).unwrap());
+        values.push(val(&format!("c{i}"), s.clone()));
+        inputs.push(Some(id));
+    }
+    let y = ValueId(values.len());
+    values.push(val("y", out));
+    ConcreteGraph {
+        values,
+        nodes: vec![Node {
+            name: "n".into(),
+            op,
+            inputs,
+            outputs: vec![Some(y)],
+        }],
+        inputs: vec![ValueId(0)],
+        outputs: vec![y],
+        constants,
+    }
+}
+
+fn conv() -> Op {
+    Op::Conv {
+        kernel_shape: vec![3, 3],
+        strides: vec![1, 1],
+        pads: vec![1, 1, 1, 1],
+        dilations: vec![1, 1],
+        group: 1,
+        auto_pad: crate::ir::AutoPad::NotSet,
+        activation: Default::default(),
+    }
+}
+
+#[test]
+fn per_sample_ops_split_and_mixing_ops_do_not() {
+    // a convolution with shared weights: split, at its batch size
+    let g = graph(conv(), 4, &[vec![8, 8, 3, 3], vec![8]], vec![4, 8, 4, 4]);
+    assert_eq!(batch_axis(&g), Some(4));
+    // batch 1 has nothing to split
+    assert_eq!(
+        batch_axis(&graph(conv(), 1, &[vec![8, 8, 3, 3]], vec![1, 8, 4, 4])),
+        None
+    );
+    // an operand shared by all samples broadcasts over axis 0: split
+    let add = Op::Binary(crate::ir::BinaryOp::Add);
+    assert_eq!(
+        batch_axis(&graph(add.clone(), 4, &[vec![1, 8, 1, 1]], vec![4, 8, 4, 4])),
+        Some(4)
+    );
+    assert_eq!(
+        batch_axis(&graph(add.clone(), 4, &[vec![4, 4]], vec![4, 8, 4, 4])),
+        Some(4)
+    );
+    // an operand with one value per sample (a constant [n, …]): samples would get different
+    // operands in a one-sample run
+    assert_eq!(
+        batch_axis(&graph(add, 4, &[vec![4, 8, 1, 1]], vec![4, 8, 4, 4])),
+        None
+    );
+    // reducing the batch axis mixes samples, even when the result keeps a dim of size n
+    let sum = |axes: Vec<i64>, out| {
+        graph(
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                axes,
+                keepdims: true,
+                noop_with_empty_axes: false,
+            },
+            4,
+            &[],
+            out,
+        )
+    };
+    assert_eq!(batch_axis(&sum(vec![2, 3], vec![4, 8, 1, 1])), Some(4));
+    assert_eq!(batch_axis(&sum(vec![0], vec![1, 8, 4, 4])), None);
+    // a softmax over the batch axis
+    let softmax = |axis| Op::Softmax {
+        axis,
+        log: false,
+        coerce_2d: false,
+    };
+    assert_eq!(batch_axis(&graph(softmax(-1), 4, &[], vec![4, 8, 4, 4])), Some(4));
+    assert_eq!(batch_axis(&graph(softmax(0), 4, &[], vec![4, 8, 4, 4])), None);
+    // a transpose that moves the batch axis, even to a place of the same size
+    let t = Op::Transpose {
+        perm: vec![3, 1, 2, 0],
+    };
+    assert_eq!(batch_axis(&graph(t, 4, &[], vec![4, 8, 4, 4])), None);
+    // a gather from shared data along a later axis: the output's axis 0 is the data's, not the
+    // samples' (here both are 4)
+    let mut g = graph(Op::Gather { axis: 1 }, 4, &[vec![4, 8]], vec![4, 4, 8, 4, 4]);
+    g.nodes[0].inputs.swap(0, 1);
+    g.values[0].dtype = DataType::I64;
+    assert_eq!(batch_axis(&g), None);
+    // a plain copy
+    assert_eq!(
+        batch_axis(&graph(Op::Identity, 4, &[], vec![4, 8, 4, 4])),
+        Some(4)
+    );
+}
+
+#[test]
+fn the_one_sample_plan_must_be_the_full_plan_with_batch_one() {
+    let full = graph(conv(), 4, &[vec![8, 8, 3, 3]], vec![4, 8, 4, 4]);
+    let one = graph(conv(), 1, &[vec![8, 8, 3, 3]], vec![1, 8, 4, 4]);
+    assert!(same_but_batch(&full, &one));
+    // a constant that changed with the batch size (a folded shape computation, say)
+    let mut other = one.clone();
+    let c = ValueId(1);
+    other
+        .constants
+        .insert(c, Tensor::from_vec(vec![8, 8, 3, 3], vec![1.0f32; 576]).unwrap());
+    assert!(!same_but_batch(&full, &other));
+    // a different attribute
+    let mut other = one.clone();
+    if let Op::Conv { pads, .. } = &mut other.nodes[0].op {
+        *pads = vec![0, 0, 0, 0];
+    }
+    assert!(!same_but_batch(&full, &other));
+    // a non-batch dim that changed
+    let mut other = one;
+    other.values[2].shape = vec![1, 8, 2, 2];
+    assert!(!same_but_batch(&full, &other));
+}
+
+#[test]
+fn samples_come_apart_and_stack_back() {
+    let t = Tensor::from_vec(vec![3, 2], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let parts: Vec<Tensor> = (0..3).map(|i| sample(&t, i).unwrap()).collect();
+    assert_eq!(parts[1].shape, vec![1, 2]);
+    assert_eq!(parts[1].to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+    assert!(sample(&t, 3).is_none());
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    assert_eq!(stack(&refs).unwrap(), t);
+}
