@@ -3,8 +3,8 @@
 # HTTP/2 to the upstream with `proto h2`), all in front of the same upstream (infergate-bench-upstream), all
 # driven by the same load generator (h2load --h1), side by side in one run.
 #   bench-gateway.sh RELEASE_BIN_DIR
-# Every proxy runs once per entry of BENCH_WORKERS (default "1 2"): the gateway with that many runtime worker
-# threads (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
+# Every proxy runs once per entry of BENCH_WORKERS (default "1 2"): the gateway with that many data workers
+# (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
 # so each row compares like with like. Prints a markdown table for docs/benchmarks.md (## gateway). Uses ports
 # 30000-30099 and a temp dir; every process it starts is stopped on exit.
 #
