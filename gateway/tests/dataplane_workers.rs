@@ -1,7 +1,7 @@
 //! Several data workers seen from outside: client connections spread over the workers, each worker keeps
 //! upstream connections of its own, a reload reaches every worker at once (requests in flight keep the rules
-//! they started with), a caller's quota and upstream limits are totals over all workers, and shutdown drains
-//! the connections of every worker.
+//! they started with), a caller's quota, canary analysis and upstream limits are one value over all
+//! workers, and shutdown drains the connections of every worker.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -367,4 +367,90 @@ async fn a_callers_quota_is_one_bucket_over_all_workers() {
     );
     assert!(statuses[10..].iter().all(|&s| s == 429), "{statuses:?}");
     assert_eq!(up.hits(), 10);
+}
+
+/// One request on `s`, to `dest` when given (`x-infergate-destination`); the status and body.
+async fn to(s: &mut http1::SendRequest<Full<Bytes>>, dest: Option<&str>) -> (u16, Bytes) {
+    let mut req = Request::get("/m").header("host", "gateway");
+    if let Some(d) = dest {
+        req = req.header("x-infergate-destination", d);
+    }
+    let (parts, body) = s
+        .send_request(req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap()
+        .into_parts();
+    (parts.status.as_u16(), body.collect().await.unwrap().to_bytes())
+}
+
+#[tokio::test]
+async fn canary_analysis_sees_the_requests_of_every_worker_and_its_rollback_applies_to_all() {
+    let stable = named_upstream("stable").await;
+    let broken = upstream(|_req: Request<Incoming>| async {
+        Response::builder()
+            .status(500)
+            .body(Full::new(Bytes::from_static(b"broken")))
+            .unwrap()
+    })
+    .await;
+    let gw = gateway(&format!(
+        r#"
+listeners:
+  worker_threads: 2
+upstreams:
+  - name: stable
+    endpoints: ["{}"]
+  - name: broken
+    endpoints: ["{}"]
+routes:
+  - name: model
+    destinations:
+      - {{ name: stable, upstream: stable, weight: 50 }}
+      - {{ name: canary, upstream: broken, weight: 50 }}
+    canary: {{ baseline: stable, canary: canary, window: 10s, min_requests: 20 }}
+"#,
+        stable.addr, broken.addr
+    ))
+    .await;
+    let mut senders = connections(&gw).await;
+    let per = gw.connections_per_worker();
+    assert!(
+        per.iter().all(|w| w.open > 0),
+        "both workers have clients: {per:?}"
+    );
+    for s in senders.iter_mut() {
+        assert_eq!(to(s, Some("canary")).await.0, 500);
+        assert_eq!(to(s, Some("stable")).await.0, 200);
+    }
+    let report = || async {
+        let (_, body) = admin_get(&gw, "/canary").await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["routes"][0].clone()
+    };
+    let r = report().await;
+    assert_eq!(
+        r["canary"]["requests"], CONNS,
+        "one window over both workers: {r}"
+    );
+    assert_eq!(r["canary"]["errors"], CONNS, "{r}");
+    assert_eq!(r["baseline"]["requests"], CONNS, "{r}");
+
+    // The analysis runs as requests finish (at most once per window slot): keep a little traffic going
+    // until it decides.
+    let mut phase = String::new();
+    for _ in 0..100 {
+        to(&mut senders[0], Some("stable")).await;
+        phase = report().await["phase"].as_str().unwrap_or_default().to_string();
+        if phase == "rolled_back" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(phase, "rolled_back");
+    // Both workers route by the rolled-back weights: nothing goes to the canary any more.
+    let before = broken.hits();
+    for s in senders.iter_mut() {
+        assert_eq!(to(s, None).await, (200, Bytes::from_static(b"stable")));
+    }
+    assert_eq!(broken.hits(), before);
 }
