@@ -3,8 +3,8 @@
 # HTTP/2 to the upstream with `proto h2`), all in front of the same upstream (infergate-bench-upstream), all
 # driven by the same load generator (h2load --h1), side by side in one run.
 #   bench-gateway.sh RELEASE_BIN_DIR
-# Every proxy runs once per entry of BENCH_WORKERS (default "1 2"): the gateway with that many runtime worker
-# threads (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
+# Every proxy runs once per entry of BENCH_WORKERS (default "1 2"): the gateway with that many data workers
+# (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
 # so each row compares like with like. Prints a markdown table for docs/benchmarks.md (## gateway). Uses ports
 # 30000-30099 and a temp dir; every process it starts is stopped on exit.
 #
@@ -14,6 +14,9 @@
 # peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
 # (user + system, all its processes, from /proc); p50 latency at 200 req/s over one connection and what the
 # proxy adds to it over going direct; RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
+#
+# BENCH_BASELINE=DIR adds rows for the gateway binary in DIR (an earlier commit's release build), run next to
+# this one with the same routes file, so a change is measured within the same rounds.
 set -euo pipefail
 bin="${1:?usage: bench-gateway.sh RELEASE_BIN_DIR}"
 for tool in h2load nginx haproxy; do
@@ -28,6 +31,8 @@ CLIENTS="${BENCH_CLIENTS:-64}"
 THREADS="${BENCH_THREADS:-1}"
 REPEAT="${BENCH_REPEAT:-3}"
 WORKERS="${BENCH_WORKERS:-1 2}"
+BASELINE="${BENCH_BASELINE:-}"
+[ -z "$BASELINE" ] || [ -x "$BASELINE/infergate-gateway" ] || { echo "bench-gateway: $BASELINE/infergate-gateway is missing" >&2; exit 1; }
 UP=30001
 TCK=$(getconf CLK_TCK)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -62,6 +67,11 @@ routes:
     destinations: [{ upstream: up }]
 YAML
   INFERGATE_LOG=warn "$bin/infergate-gateway" --config "$tmp/routes-$w.yaml" & PID[gw$w]=$!; pids+=($!)
+  if [ -n "$BASELINE" ]; then
+    sed -e "s/127.0.0.1:$gw\"/127.0.0.1:$((30090 + 2 * w))\"/" -e "s/127.0.0.1:$((gw + 1))\"/127.0.0.1:$((30091 + 2 * w))\"/" \
+      "$tmp/routes-$w.yaml" > "$tmp/routes-base-$w.yaml"
+    INFERGATE_LOG=warn "$BASELINE/infergate-gateway" --config "$tmp/routes-base-$w.yaml" & PID[base$w]=$!; pids+=($!)
+  fi
 
   mkdir -p "$tmp/nginx-$w"
   cat > "$tmp/nginx-$w.conf" <<NGINX
@@ -106,6 +116,9 @@ HAP
   PORT[gw$w]=$gw PORT[nginx$w]=$ngx PORT[haproxy$w]=$hap
   LABEL[gw$w]="infergate-gateway, $w thread(s)" LABEL[nginx$w]="nginx, $w worker(s)" LABEL[haproxy$w]="HAProxy (h2 upstream), $w thread(s)"
   TARGETS+=(gw$w nginx$w haproxy$w)
+  if [ -n "$BASELINE" ]; then
+    PORT[base$w]=$((30090 + 2 * w)) LABEL[base$w]="infergate-gateway baseline ($BASELINE), $w thread(s)"; TARGETS+=(base$w)
+  fi
 done
 for t in "${TARGETS[@]}"; do wait_port "${PORT[$t]}"; done
 sleep 1
@@ -156,7 +169,7 @@ pct_at_rate() { # target rate clients percentile
 declare -A P99 P50 HALF CPU
 for w in $WORKERS; do
   best=$(( RPS[nginx$w] > RPS[haproxy$w] ? RPS[nginx$w] : RPS[haproxy$w] ))
-  HALF[gw$w]=$(( best / 2 )) HALF[nginx$w]=$(( best / 2 )) HALF[haproxy$w]=$(( best / 2 ))
+  HALF[gw$w]=$(( best / 2 )) HALF[nginx$w]=$(( best / 2 )) HALF[haproxy$w]=$(( best / 2 )) HALF[base$w]=$(( best / 2 ))
 done
 HALF[direct]=${HALF[gw${WORKERS%% *}]}
 for t in "${TARGETS[@]}"; do
@@ -185,6 +198,13 @@ for w in $WORKERS; do
   done
   echo
   echo "infergate-gateway, $w thread(s), req/s over the better peer's in the same round: median $(median "$ratios") (${ratios% })"
+  if [ -n "$BASELINE" ]; then
+    read -r -a o <<<"${RUNS[base$w]}"
+    ratios=""
+    for i in "${!g[@]}"; do ratios+="$(awk -v a="${g[$i]}" -v b="${o[$i]}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}') "; done
+    echo
+    echo "infergate-gateway, $w thread(s), req/s over the baseline's in the same round: median $(median "$ratios") (${ratios% })"
+  fi
 done
 echo
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"

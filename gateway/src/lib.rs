@@ -25,5 +25,6 @@ pub mod split;
 pub mod timeout;
 pub mod tls;
 pub mod upstream;
+mod worker;
 
 pub use proxy::{Body, BoxError};

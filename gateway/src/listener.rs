@@ -111,17 +111,59 @@ impl ConnInfo {
     }
 }
 
-/// Counts open connections and lets shutdown wait for them to finish.
-#[derive(Debug, Default)]
+/// Counts open connections, over all data workers and per worker, and lets shutdown wait for them to finish.
+#[derive(Debug)]
 pub struct ConnTracker {
     open: AtomicUsize,
     closed: Notify,
+    per_worker: Box<[WorkerCounts]>,
+}
+
+#[derive(Debug, Default)]
+struct WorkerCounts {
+    open: AtomicUsize,
+    accepted: AtomicU64,
+}
+
+/// One data worker's client connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerConnections {
+    /// Open now.
+    pub open: usize,
+    /// Accepted since the start.
+    pub accepted: u64,
+}
+
+impl Default for ConnTracker {
+    fn default() -> Self {
+        ConnTracker::new(1)
+    }
 }
 
 impl ConnTracker {
+    /// A tracker for `workers` data workers.
+    pub fn new(workers: usize) -> Self {
+        ConnTracker {
+            open: AtomicUsize::new(0),
+            closed: Notify::new(),
+            per_worker: (0..workers.max(1)).map(|_| WorkerCounts::default()).collect(),
+        }
+    }
+
     /// Open connections now.
     pub fn open(&self) -> usize {
         self.open.load(Ordering::Acquire)
+    }
+
+    /// Open and accepted connections of each data worker, in worker order.
+    pub fn per_worker(&self) -> Vec<WorkerConnections> {
+        self.per_worker
+            .iter()
+            .map(|w| WorkerConnections {
+                open: w.open.load(Ordering::Acquire),
+                accepted: w.accepted.load(Ordering::Acquire),
+            })
+            .collect()
     }
 
     /// Waits until every connection has closed, or `limit` has passed; returns the connections still open.
@@ -138,20 +180,33 @@ impl ConnTracker {
         }
     }
 
+    /// Counts a connection accepted on this thread's worker, open until the guard drops.
     fn enter(self: &Arc<Self>) -> ConnGuard {
+        let worker = crate::worker::current() % self.per_worker.len();
+        let w = &self.per_worker[worker];
+        w.accepted.fetch_add(1, Ordering::AcqRel);
+        w.open.fetch_add(1, Ordering::AcqRel);
         self.open.fetch_add(1, Ordering::AcqRel);
         metrics::gauge!(m::OPEN_CONNECTIONS, "listener" => "data").increment(1.0);
-        ConnGuard(Arc::clone(self))
+        ConnGuard {
+            tracker: Arc::clone(self),
+            worker,
+        }
     }
 }
 
-struct ConnGuard(Arc<ConnTracker>);
+struct ConnGuard {
+    tracker: Arc<ConnTracker>,
+    worker: usize,
+}
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        let t = &self.tracker;
+        t.per_worker[self.worker].open.fetch_sub(1, Ordering::AcqRel);
+        t.open.fetch_sub(1, Ordering::AcqRel);
         metrics::gauge!(m::OPEN_CONNECTIONS, "listener" => "data").decrement(1.0);
-        self.0.closed.notify_waiters();
+        t.closed.notify_waiters();
     }
 }
 
@@ -229,7 +284,8 @@ pub fn http_builder(limits: &ConnLimits) -> auto::Builder<TokioExecutor> {
     b
 }
 
-/// Accepts connections on `listener` until `shutdown` turns true, serving each with `handler`. Connections
+/// Accepts connections on `listener` until `shutdown` turns true, serving each with `handler` on a task of
+/// the current runtime (a data worker's, see `worker.rs`). Connections
 /// open at shutdown are told to finish (HTTP/1.1 `Connection: close` after the response in flight, HTTP/2
 /// `GOAWAY`); `tracker` counts them so the caller can wait for the drain.
 pub async fn serve<H, F>(
@@ -247,6 +303,8 @@ pub async fn serve<H, F>(
     let limits = Arc::new(limits);
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let local = listener.local_addr().ok();
+    let accepted_here =
+        metrics::counter!(m::WORKER_CONNECTIONS, "worker" => crate::worker::current().to_string());
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -262,6 +320,7 @@ pub async fn serve<H, F>(
             }
         };
         let _ = stream.set_nodelay(true);
+        accepted_here.increment(1);
         let guard = tracker.enter();
         let conn = ConnSetup {
             builder: Arc::clone(&builder),
@@ -272,10 +331,7 @@ pub async fn serve<H, F>(
             shutdown: shutdown.clone(),
         };
         let handler = handler.clone();
-        tokio::spawn(async move {
-            conn.run(stream, handler).await;
-            drop(guard);
-        });
+        tokio::spawn(conn.run(stream, handler, guard));
     }
 }
 
@@ -289,7 +345,8 @@ struct ConnSetup {
 }
 
 impl ConnSetup {
-    async fn run<H, F>(self, stream: TcpStream, handler: H)
+    /// Serves the connection; `guard` counts it as open until its socket is about to close.
+    async fn run<H, F>(self, stream: TcpStream, handler: H, guard: ConnGuard)
     where
         H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Response<Body>> + Send + 'static,
@@ -298,7 +355,7 @@ impl ConnSetup {
             None => {
                 metrics::counter!(m::CONNECTIONS, "listener" => "data", "protocol" => "tcp").increment(1);
                 let info = ConnInfo::new(self.peer, self.local, false, None);
-                self.serve_io(stream, info, handler).await;
+                self.serve_io(stream, info, handler, guard).await;
             }
             Some(acceptor) => {
                 let handshake = acceptor.accept(stream);
@@ -323,12 +380,15 @@ impl ConnSetup {
                     .and_then(|certs| certs.first())
                     .and_then(|c| PeerIdentity::from_der(c));
                 let info = ConnInfo::new(self.peer, self.local, true, identity);
-                self.serve_io(tls, info, handler).await;
+                self.serve_io(tls, info, handler, guard).await;
             }
         }
     }
 
-    async fn serve_io<I, H, F>(self, io: I, info: ConnInfo, handler: H)
+    /// Serves HTTP on `io`. The connection stops counting as open (`guard`) just before its socket is
+    /// dropped, so a client that sees its connection closed also sees the gateway count it closed (the
+    /// count lives on another thread than the client's task when there are several workers).
+    async fn serve_io<I, H, F>(self, io: I, info: ConnInfo, handler: H, guard: ConnGuard)
     where
         I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
         H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
@@ -374,6 +434,7 @@ impl ConnSetup {
                     if let Err(e) = r {
                         tracing::debug!(peer = %info.peer, error = %e, "client connection ended with an error");
                     }
+                    drop(guard);
                     return;
                 }
                 _ = signalled(&mut shutdown), if !closing => {
@@ -385,6 +446,7 @@ impl ConnSetup {
                         if !activity.seen_request.load(Ordering::Acquire) {
                             // Connected but never sent a request: a slow or silent client. Close hard.
                             tracing::debug!(peer = %info.peer, "closing a connection that sent no request in time");
+                            drop(guard);
                             return;
                         }
                         closing = true;

@@ -25,6 +25,10 @@ struct Cli {
     /// Admin listener address, overriding `listeners.admin.address`.
     #[arg(long, env = "INFERGATE_GATEWAY_ADMIN_ADDRESS")]
     admin_address: Option<SocketAddr>,
+    /// Data workers (threads, each with its own listener socket and upstream connections), overriding
+    /// `listeners.worker_threads`; default one per CPU core.
+    #[arg(long, env = "INFERGATE_GATEWAY_WORKERS", value_parser = clap::value_parser!(u16).range(1..))]
+    workers: Option<u16>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -95,7 +99,7 @@ fn check(file: &Path) -> ExitCode {
         }
     };
     let compiled =
-        rt.block_on(async { RuntimeState::new(&config.rules, content_hash(&text), 0).map(|_| ()) });
+        rt.block_on(async { RuntimeState::new(&config.rules, content_hash(&text), 0, 1).map(|_| ()) });
     match compiled {
         Ok(()) => {
             println!(
@@ -122,25 +126,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     for w in warnings.iter() {
         tracing::warn!("{w}");
     }
-    // One worker: tokio's current-thread scheduler, which hands wake-ups between the tasks of a request
-    // (client connection, upstream connection) without cross-thread queues, atomics on the run queue or
-    // futex wake-ups. More workers (default: one per core): the work-stealing scheduler.
-    let mut rt = match config.listeners.worker_threads {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        n => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            if let Some(n) = n {
-                b.worker_threads(n.max(1));
-            }
-            b
-        }
-    };
-    rt.enable_all();
-    let rt = rt.build().context("cannot start the async runtime")?;
+    // The data plane runs on worker threads of its own (`--workers`, else `listeners.worker_threads`, default
+    // one per core),
+    // each with a current-thread runtime, started by `Gateway::start`. This thread's runtime keeps the
+    // admin API, reloads, DNS re-resolution, signals and metrics upkeep: little work, one thread.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     rt.block_on(async move {
         let overrides = Overrides {
             data: cli.data_address,
             admin: cli.admin_address,
+            workers: cli.workers.map(usize::from),
         };
         let gateway = Gateway::start(config, content_hash(&text), overrides).await?;
         // Watches the file's folder (writes, renames, the ConfigMap `..data` swap) and SIGHUP.

@@ -1,6 +1,7 @@
 //! Metric names, their descriptions and the Prometheus recorder.
 //!
-//! Labels are low-cardinality only: route, destination, upstream, outcome, status class, listener, result.
+//! Labels are low-cardinality only: route, destination, upstream, outcome, status class, listener, result,
+//! worker (one per data thread).
 //! Never a caller id or request id.
 
 use std::sync::{Arc, OnceLock};
@@ -45,6 +46,8 @@ pub const CONFIG_LOADED_AT: &str = "infergate_gateway_config_loaded_timestamp_se
 pub const OPEN_CONNECTIONS: &str = "infergate_gateway_open_connections";
 /// Client connections accepted, by `listener` and `protocol` (`tcp`, `tls`).
 pub const CONNECTIONS: &str = "infergate_gateway_connections_total";
+/// Client connections accepted, by data `worker` (`0`…`workers - 1`): how the kernel spread them.
+pub const WORKER_CONNECTIONS: &str = "infergate_gateway_worker_connections_total";
 /// TLS handshakes that failed, by `listener`.
 pub const TLS_HANDSHAKE_FAILURES: &str = "infergate_gateway_tls_handshake_failures_total";
 /// Canary rollbacks made by the automatic analysis, by `route`.
@@ -125,6 +128,10 @@ fn describe() {
     );
     describe_gauge!(OPEN_CONNECTIONS, "Open client connections.");
     describe_counter!(CONNECTIONS, "Client connections accepted.");
+    describe_counter!(
+        WORKER_CONNECTIONS,
+        "Client connections accepted by each data worker."
+    );
     describe_counter!(TLS_HANDSHAKE_FAILURES, "Client TLS handshakes that failed.");
     describe_counter!(
         CANARY_ROLLBACKS,

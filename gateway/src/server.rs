@@ -16,10 +16,11 @@ use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
 use crate::config_state::RuntimeState;
-use crate::listener::{self, ConnLimits, ConnTracker};
+use crate::listener::{self, ConnLimits, ConnTracker, WorkerConnections};
 use crate::metrics as m;
 use crate::pipeline;
 use crate::tls::{self, ServerTlsFiles};
+use crate::worker::{self, Workers};
 
 /// How often recorded histogram samples are folded into their buckets (the exporter's own default).
 const HISTOGRAM_UPKEEP: Duration = Duration::from_secs(5);
@@ -44,18 +45,23 @@ pub enum StartError {
     /// The rules could not be compiled.
     #[error("{0}")]
     Rules(String),
+    /// A data worker's runtime or thread could not be started.
+    #[error("cannot start the data workers: {0}")]
+    Workers(#[source] std::io::Error),
     /// The metrics recorder could not be installed.
     #[error("metrics: {0}")]
     Metrics(String),
 }
 
-/// Addresses that override the config's listeners (command line and environment).
+/// Values that override the config's listeners (command line and environment).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Overrides {
     /// Data listener address.
     pub data: Option<SocketAddr>,
     /// Admin listener address.
     pub admin: Option<SocketAddr>,
+    /// Data workers, overriding `listeners.worker_threads` (at least 1).
+    pub workers: Option<usize>,
 }
 
 /// A running gateway.
@@ -68,6 +74,8 @@ pub struct Gateway {
     shutdown: watch::Sender<bool>,
     admin_shutdown: watch::Sender<bool>,
     tracker: Arc<ConnTracker>,
+    /// The data workers; dropped with the gateway, which ends them.
+    workers: Workers,
     drain_timeout: Duration,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
@@ -91,18 +99,17 @@ impl Gateway {
             })?),
             None => None,
         };
-        let state =
-            RuntimeState::new(&config.rules, hash, limits.max_request_body).map_err(StartError::Rules)?;
+        let worker_count = worker::count(overrides.workers.or(l.worker_threads));
+        let state = RuntimeState::new(&config.rules, hash, limits.max_request_body, worker_count)
+            .map_err(StartError::Rules)?;
         state.spawn_maintenance();
         let data_addr = overrides.data.unwrap_or(l.data.address);
         let admin_addr = overrides.admin.unwrap_or(l.admin.address);
-        let data = TcpListener::bind(data_addr)
-            .await
-            .map_err(|source| StartError::Bind {
-                what: "data",
-                addr: data_addr,
-                source,
-            })?;
+        let data = worker::bind(data_addr, worker_count).map_err(|source| StartError::Bind {
+            what: "data",
+            addr: data_addr,
+            source,
+        })?;
         let admin_listener = TcpListener::bind(admin_addr)
             .await
             .map_err(|source| StartError::Bind {
@@ -110,23 +117,31 @@ impl Gateway {
                 addr: admin_addr,
                 source,
             })?;
-        let data_addr = data.local_addr().unwrap_or(data_addr);
+        let data_addr = data
+            .first()
+            .and_then(|l| l.local_addr().ok())
+            .unwrap_or(data_addr);
         let admin_addr = admin_listener.local_addr().unwrap_or(admin_addr);
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let tracker = Arc::new(ConnTracker::default());
+        let tracker = Arc::new(ConnTracker::new(worker_count));
         let ready = Arc::new(AtomicBool::new(false));
-        let handler = {
+        let serve = {
             let state = Arc::clone(&state);
-            move |conn, req| pipeline::handle(Arc::clone(&state), conn, req)
+            let tracker = Arc::clone(&tracker);
+            move |listener| {
+                let state = Arc::clone(&state);
+                let handler = move |conn, req| pipeline::handle(Arc::clone(&state), conn, req);
+                listener::serve(
+                    listener,
+                    tls.clone(),
+                    limits.clone(),
+                    handler,
+                    shutdown_rx.clone(),
+                    Arc::clone(&tracker),
+                )
+            }
         };
-        let data_task = tokio::spawn(listener::serve(
-            data,
-            tls,
-            limits,
-            handler,
-            shutdown_rx.clone(),
-            Arc::clone(&tracker),
-        ));
+        let workers = Workers::start(data, serve).map_err(StartError::Workers)?;
         let admin = Arc::new(Admin {
             state: Arc::clone(&state),
             metrics: prometheus.clone(),
@@ -138,7 +153,7 @@ impl Gateway {
         let admin_task = tokio::spawn(admin::serve(admin_listener, admin, admin_rx));
         ready.store(true, Ordering::Release);
         metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
-        tracing::info!(data = %data_addr, admin = %admin_addr, "gateway listening");
+        tracing::info!(data = %data_addr, admin = %admin_addr, workers = worker_count, "gateway listening");
         Ok(Arc::new(Gateway {
             state,
             running: std::sync::Mutex::new(config.clone()),
@@ -148,8 +163,9 @@ impl Gateway {
             shutdown,
             admin_shutdown,
             tracker,
+            workers,
             drain_timeout: config.listeners.drain_timeout,
-            tasks: std::sync::Mutex::new(vec![data_task, admin_task, upkeep_task]),
+            tasks: std::sync::Mutex::new(vec![admin_task, upkeep_task]),
         }))
     }
 
@@ -243,12 +259,15 @@ impl Gateway {
         }
     }
 
-    /// Stops accepting, tells open connections to finish, and waits for them (at most the drain timeout).
+    /// Stops accepting, tells open connections to finish, and waits for them (at most the drain timeout), on
+    /// every data worker.
     /// Returns the number of connections that were still open when the wait ended.
     pub async fn shutdown(&self) -> usize {
         self.ready.store(false, Ordering::Release);
         let _ = self.shutdown.send(true);
         let left = self.tracker.wait_closed(self.drain_timeout).await;
+        // Connections still open past the drain timeout end with their workers.
+        self.workers.stop(Duration::from_secs(1)).await;
         let _ = self.admin_shutdown.send(true);
         let tasks: Vec<JoinHandle<()>> = self
             .tasks
@@ -267,6 +286,12 @@ impl Gateway {
     /// Open client connections now.
     pub fn open_connections(&self) -> usize {
         self.tracker.open()
+    }
+
+    /// Open and accepted client connections of each data worker, in worker order (as many entries as
+    /// `listeners.worker_threads`, or cores).
+    pub fn connections_per_worker(&self) -> Vec<WorkerConnections> {
+        self.tracker.per_worker()
     }
 }
 

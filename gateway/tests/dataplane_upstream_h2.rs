@@ -70,7 +70,12 @@ async fn raw_upstream(behaviour: Behaviour) -> RawUpstream {
                         let (refused, reset_tx) = (refused.clone(), reset_tx.clone());
                         let served = tokio::spawn(serve(behaviour, req, respond, refused, reset_tx));
                         if go_away {
-                            let _ = served.await;
+                            // The connection is kept polled meanwhile: the request's body may still be
+                            // on its way (the gateway's worker threads write as they go).
+                            tokio::select! {
+                                _ = served => {}
+                                _ = std::future::poll_fn(|cx| conn.poll_closed(cx)) => {}
+                            }
                             conn.graceful_shutdown();
                         }
                     }

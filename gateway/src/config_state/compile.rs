@@ -8,9 +8,9 @@ use infergate_config as cfg;
 use crate::tls;
 use crate::upstream::{ConnectSettings, EndpointSpec, OutlierSettings, UpstreamProtocol, UpstreamSettings};
 
-/// The upstream settings for a configured upstream (TLS files are read here: a missing file rejects the
-/// reload with its name).
-pub(crate) fn upstream_settings(u: &cfg::Upstream) -> Result<UpstreamSettings, String> {
+/// The upstream settings for a configured upstream in a gateway of `workers` data workers (TLS files are
+/// read here: a missing file rejects the reload with its name).
+pub(crate) fn upstream_settings(u: &cfg::Upstream, workers: usize) -> Result<UpstreamSettings, String> {
     let protocol = match u.protocol {
         cfg::UpstreamProtocol::H2c | cfg::UpstreamProtocol::H2Tls => UpstreamProtocol::Http2,
         cfg::UpstreamProtocol::Http1 => UpstreamProtocol::Http1,
@@ -70,6 +70,7 @@ pub(crate) fn upstream_settings(u: &cfg::Upstream) -> Result<UpstreamSettings, S
             connect_timeout: u.connect_timeout,
             h2_connections: usize::try_from(u.connections_per_endpoint.max(1)).unwrap_or(1),
             h1_max_idle: 64,
+            workers,
         },
         max_concurrent: usize::try_from(u.max_concurrent_requests.max(1)).unwrap_or(1),
         max_pending: usize::try_from(u.max_pending_requests).unwrap_or(0),

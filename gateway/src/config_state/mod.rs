@@ -48,23 +48,27 @@ pub struct RuntimeState {
     rules: ArcSwap<Rules>,
     stores: PolicyStores,
     max_request_body: u64,
+    /// Data workers: each upstream endpoint keeps connections per worker.
+    workers: usize,
     last_rejection: Mutex<Option<Rejection>>,
     warnings: Mutex<Vec<String>>,
 }
 
 impl RuntimeState {
-    /// Compiles `rules` and starts with them.
+    /// Compiles `rules` and starts with them, for a gateway running `workers` data workers.
     pub fn new(
         rules: &RoutingRules,
         hash: String,
         max_request_body: u64,
+        workers: usize,
     ) -> Result<Arc<RuntimeState>, String> {
         let stores = PolicyStores::default();
-        let compiled = build(rules, hash, None, &stores)?;
+        let compiled = build(rules, hash, None, &stores, workers)?;
         let state = Arc::new(RuntimeState {
             rules: ArcSwap::from_pointee(compiled),
             stores,
             max_request_body,
+            workers,
             last_rejection: Mutex::new(None),
             warnings: Mutex::new(Vec::new()),
         });
@@ -85,7 +89,7 @@ impl RuntimeState {
     /// and outlier state; per-route state of unchanged routes carries over. On error nothing changes.
     pub fn apply(&self, rules: &RoutingRules, hash: String) -> Result<(), String> {
         let current = self.rules.load_full();
-        let compiled = build(rules, hash, Some(&current), &self.stores)?;
+        let compiled = build(rules, hash, Some(&current), &self.stores, self.workers)?;
         self.rules.store(Arc::new(compiled));
         Ok(())
     }
@@ -138,10 +142,11 @@ fn build(
     hash: String,
     previous: Option<&Rules>,
     stores: &PolicyStores,
+    workers: usize,
 ) -> Result<Rules, String> {
     let mut upstreams = HashMap::new();
     for u in &rules.upstreams {
-        let settings = compile::upstream_settings(u)?;
+        let settings = compile::upstream_settings(u, workers)?;
         let reused = previous
             .and_then(|p| p.upstreams.get(u.name.as_str()))
             .filter(|old| *old.settings() == settings)

@@ -1,5 +1,6 @@
 //! Connections to one endpoint: a few multiplexed HTTP/2 connections, or a pool of idle HTTP/1.1 connections;
-//! plain TCP or TLS.
+//! plain TCP or TLS. Each data worker has connections of its own (see `worker.rs`): a request is written
+//! and its answer read by the connection task on the request's own thread.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,10 +63,13 @@ pub struct ConnectSettings {
     pub tls: Option<UpstreamTls>,
     /// Time allowed for TCP connect plus TLS and HTTP/2 handshakes.
     pub connect_timeout: Duration,
-    /// HTTP/2 connections kept per endpoint (requests are spread over them round-robin).
+    /// HTTP/2 connections kept per endpoint (requests are spread over them round-robin), divided among
+    /// the data workers: each gets `h2_connections / workers`, rounded up, at least one.
     pub h2_connections: usize,
-    /// Idle HTTP/1.1 connections kept per endpoint.
+    /// Idle HTTP/1.1 connections kept per endpoint, divided among the workers the same way.
     pub h1_max_idle: usize,
+    /// Data workers of the gateway: each keeps connections of its own to every endpoint.
+    pub workers: usize,
 }
 
 impl Default for ConnectSettings {
@@ -76,6 +80,7 @@ impl Default for ConnectSettings {
             connect_timeout: Duration::from_secs(1),
             h2_connections: 2,
             h1_max_idle: 64,
+            workers: 1,
         }
     }
 }
@@ -83,13 +88,18 @@ impl Default for ConnectSettings {
 trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
-/// The connections of one endpoint.
-pub(crate) enum Pool {
+/// The connections of one endpoint, one set per data worker.
+pub(crate) struct Pool {
+    per_worker: Box<[Conns]>,
+}
+
+/// One worker's connections to an endpoint.
+enum Conns {
     Http2(H2Pool),
     Http1(H1Pool),
 }
 
-pub(crate) struct H2Pool {
+struct H2Pool {
     slots: Box<[H2Slot]>,
     next: AtomicUsize,
 }
@@ -99,16 +109,18 @@ struct H2Slot {
     connecting: tokio::sync::Mutex<()>,
 }
 
-pub(crate) struct H1Pool {
+struct H1Pool {
     idle: Arc<std::sync::Mutex<Vec<http1::SendRequest<Body>>>>,
     max_idle: usize,
 }
 
 impl Pool {
     pub(crate) fn new(settings: &ConnectSettings) -> Pool {
-        match settings.protocol {
-            UpstreamProtocol::Http2 => Pool::Http2(H2Pool {
-                slots: (0..settings.h2_connections.max(1))
+        let workers = settings.workers.max(1);
+        let share = |total: usize| total.div_ceil(workers).max(1);
+        let conns = |_| match settings.protocol {
+            UpstreamProtocol::Http2 => Conns::Http2(H2Pool {
+                slots: (0..share(settings.h2_connections))
                     .map(|_| H2Slot {
                         conn: ArcSwapOption::empty(),
                         connecting: tokio::sync::Mutex::new(()),
@@ -116,14 +128,18 @@ impl Pool {
                     .collect(),
                 next: AtomicUsize::new(0),
             }),
-            UpstreamProtocol::Http1 => Pool::Http1(H1Pool {
+            UpstreamProtocol::Http1 => Conns::Http1(H1Pool {
                 idle: Arc::new(std::sync::Mutex::new(Vec::new())),
-                max_idle: settings.h1_max_idle,
+                max_idle: share(settings.h1_max_idle),
             }),
+        };
+        Pool {
+            per_worker: (0..workers).map(conns).collect(),
         }
     }
 
-    /// Sends `req` to the endpoint at `addr`, connecting when no usable connection is pooled.
+    /// Sends `req` to the endpoint at `addr` on this worker's connections, connecting when no usable
+    /// connection is pooled.
     pub(crate) async fn send(
         &self,
         upstream: &str,
@@ -131,21 +147,28 @@ impl Pool {
         settings: &ConnectSettings,
         req: Request<Body>,
     ) -> Result<Response<PoolBody>, UpstreamError> {
-        match self {
-            Pool::Http2(p) => Ok(p.send(upstream, addr, settings, req).await?.map(PoolBody::Http2)),
-            Pool::Http1(p) => Ok(p.send(upstream, addr, settings, req).await?.map(PoolBody::Http1)),
+        let local = &self.per_worker[crate::worker::current() % self.per_worker.len()];
+        match local {
+            Conns::Http2(p) => Ok(p.send(upstream, addr, settings, req).await?.map(PoolBody::Http2)),
+            Conns::Http1(p) => Ok(p.send(upstream, addr, settings, req).await?.map(PoolBody::Http1)),
         }
     }
 
-    /// Number of open connections (for tests and metrics).
+    /// Number of open connections, over all workers (for tests and the admin API).
     pub(crate) fn open_connections(&self) -> usize {
+        self.per_worker.iter().map(Conns::open_connections).sum()
+    }
+}
+
+impl Conns {
+    fn open_connections(&self) -> usize {
         match self {
-            Pool::Http2(p) => p
+            Conns::Http2(p) => p
                 .slots
                 .iter()
                 .filter(|s| s.conn.load().as_ref().is_some_and(|c| c.is_usable()))
                 .count(),
-            Pool::Http1(p) => p.idle.lock().map(|v| v.len()).unwrap_or(0),
+            Conns::Http1(p) => p.idle.lock().map(|v| v.len()).unwrap_or(0),
         }
     }
 }

@@ -7,8 +7,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -28,6 +28,8 @@ pub struct TestUpstream {
     pub addr: SocketAddr,
     /// Requests it has received.
     pub hits: Arc<AtomicUsize>,
+    /// Requests received over each connection it has accepted, in the order they were accepted.
+    per_connection: Arc<Mutex<Vec<usize>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -35,6 +37,16 @@ impl TestUpstream {
     /// Requests received so far.
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.per_connection.lock().unwrap().len()
+    }
+
+    /// Requests received over each connection accepted so far, in the order they were accepted.
+    pub fn requests_per_connection(&self) -> Vec<usize> {
+        self.per_connection.lock().unwrap().clone()
     }
 
     /// Stops accepting (open connections end with the runtime).
@@ -53,16 +65,25 @@ where
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
+    let per_connection = Arc::new(Mutex::new(Vec::new()));
+    let accepted = per_connection.clone();
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
+            let index = {
+                let mut all = accepted.lock().unwrap();
+                all.push(0);
+                all.len() - 1
+            };
             let handler = handler.clone();
             let counter = counter.clone();
+            let accepted = accepted.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
                     counter.fetch_add(1, Ordering::SeqCst);
+                    accepted.lock().unwrap()[index] += 1;
                     let f = handler(req);
                     async move { Ok::<_, Infallible>(f.await) }
                 });
@@ -72,7 +93,12 @@ where
             });
         }
     });
-    TestUpstream { addr, hits, task }
+    TestUpstream {
+        addr,
+        hits,
+        per_connection,
+        task,
+    }
 }
 
 /// An upstream answering 200 with `body` and a header `x-upstream: NAME` (and echoing what it saw as
@@ -104,6 +130,7 @@ pub async fn gateway_at(yaml: &str, file: &Path) -> Arc<Gateway> {
         Overrides {
             data: Some("127.0.0.1:0".parse().unwrap()),
             admin: Some("127.0.0.1:0".parse().unwrap()),
+            workers: None,
         },
     )
     .await
