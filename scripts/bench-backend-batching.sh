@@ -13,10 +13,12 @@
 # Every model config is measured once per round, rounds one after another; the table gives the median
 # over rounds (a shared machine is noisy: a single window can be off by a third). rows/exec is the mean
 # batch size the server executed (perf_analyzer's server-side statistics). The server runs in explicit
-# model-control mode and holds one config at a time (load, measure, unload): a batched config keeps one
-# engine plan per batch size (32 x 96 MiB of folded weights), all built at load by a warmup of every size.
-# Env: BENCH_PORT_BASE (29000: uses +0..+2), BENCH_WINDOW_MS (3000), BENCH_CONCURRENCY (32),
-#      BENCH_ROUNDS (3), BENCH_P99_TARGET_US (adaptive target, 100000),
+# model-control mode and holds one config at a time (load, unmeasured settling load, measure, unload): a
+# batched config keeps one engine plan per batch size (32 x 96 MiB of folded weights), all built at load
+# by a warmup of every size.
+# Env: BENCH_PORT_BASE (29000: uses +0..+2), BENCH_WINDOW_MS (3000), BENCH_SETTLE_MS (unmeasured load
+#      after each load, 5000), BENCH_CONCURRENCY (32),
+#      BENCH_ROUNDS (3), BENCH_P99_TARGET_US (adaptive target, 200000),
 #      BENCH_DELAYS_US ("0 1000 2000 5000 10000 20000"), BENCH_MODEL_WIDTH (2048), BENCH_MODEL_LAYERS (6),
 #      BENCH_PYTHON (a python with onnx and numpy; default $INFERGATE_PYTHON, else python3).
 set -euo pipefail
@@ -27,9 +29,10 @@ root="$(cd "$here/.." && pwd)"
 pa="${PERF_ANALYZER:-$root/../shared/tools/perf-analyzer}"
 base="${BENCH_PORT_BASE:-29000}"
 window="${BENCH_WINDOW_MS:-3000}"
+settle="${BENCH_SETTLE_MS:-5000}"
 conc="${BENCH_CONCURRENCY:-32}"
 rounds="${BENCH_ROUNDS:-3}"
-target="${BENCH_P99_TARGET_US:-100000}"
+target="${BENCH_P99_TARGET_US:-200000}"
 delays="${BENCH_DELAYS_US:-0 1000 2000 5000 10000 20000}"
 width="${BENCH_MODEL_WIDTH:-2048}"
 layers="${BENCH_MODEL_LAYERS:-6}"
@@ -101,6 +104,10 @@ repo_call() { # model load|unload
 measure() { # model round -> appends "throughput p99_us rows_per_exec" to $work/<model>.results
   local csv="$work/$1-$2.csv" out="$work/$1-$2.out"
   repo_call "$1" load
+  # Every config is freshly loaded: the same unmeasured load first brings each to its steady state (for
+  # the adaptive one, lets its controller settle from its starting point as it would in service).
+  "$pa" -m "$1" -u "127.0.0.1:$grpc" -i grpc --concurrency-range "$conc" -p "$settle" \
+    --stability-percentage 100000 --max-trials 1 >"$work/$1-$2.settle" 2>&1 || true
   # Stability is not asked for (--stability-percentage far above any swing): rounds take care of noise.
   if "$pa" -m "$1" -u "127.0.0.1:$grpc" -i grpc --concurrency-range "$conc" -p "$window" --percentile=99 \
     --stability-percentage 100000 --max-trials 3 -f "$csv" >"$out" 2>&1; then
