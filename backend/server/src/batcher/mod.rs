@@ -32,8 +32,8 @@ use futures::FutureExt;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use adaptive::AdaptiveController;
 pub use adaptive::{AdaptiveConfig, AdaptiveSnapshot};
+use adaptive::{AdaptiveController, BatchReport, Release};
 use queue::{Queue, Queued};
 
 /// One request as the batcher sees it.
@@ -225,6 +225,9 @@ struct Shared<E: BatchExecutor> {
 struct State<E: BatchExecutor> {
     queue: Queue<E::Item, E::Output, E::Error>,
     free: Vec<usize>,
+    /// When each instance last became free (how the adaptive mode tells a batch that waited for its
+    /// delay from one that waited for an instance).
+    free_since: Vec<Instant>,
     running: usize,
     closed: bool,
     draining: bool,
@@ -255,6 +258,7 @@ impl<E: BatchExecutor> Drop for Closer<E> {
 struct Dispatch<E: BatchExecutor> {
     instance: usize,
     seq: u64,
+    release: Release,
     batch: Vec<Queued<E::Item, E::Output, E::Error>>,
 }
 
@@ -273,8 +277,9 @@ struct Step<E: BatchExecutor> {
 /// What the scheduler should do next.
 #[derive(Debug, PartialEq, Eq)]
 enum Plan {
-    /// Send the first `n` candidate requests now.
-    Dispatch(usize),
+    /// Send the first `count` candidate requests now; `due` is when the queue delay of the oldest ran
+    /// out, `None` when the batch is full (cap, preferred size, or the next request cannot join).
+    Dispatch { count: usize, due: Option<Instant> },
     /// Wait for more requests, at most until this instant.
     Wait(Instant),
     /// Nothing queued.
@@ -311,14 +316,17 @@ impl<E: BatchExecutor> Batcher<E> {
             Mutex::new(AdaptiveController::new(
                 a,
                 config.max_batch_size,
+                instances.len(),
                 config.max_queue_delay,
             ))
         });
         let instances: Vec<Arc<E>> = instances.into_iter().map(Arc::new).collect();
+        let started = Instant::now();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: Queue::new(policies),
                 free: (0..instances.len()).rev().collect(),
+                free_since: vec![started; instances.len()],
                 running: 0,
                 closed: false,
                 draining: false,
@@ -474,18 +482,32 @@ impl<E: BatchExecutor> Shared<E> {
                     delay
                 };
                 match plan(&self.config, &st.queue, now, delay, cap) {
-                    Plan::Dispatch(n) => {
-                        let batch = st.queue.take(n);
+                    Plan::Dispatch { count, due } => {
+                        let batch = st.queue.take(count);
                         if batch.is_empty() {
                             // Every request of it had been abandoned by its caller: plan again.
                             continue;
                         }
                         // `free` is non-empty (checked above).
                         let instance = st.free.pop().unwrap_or_default();
+                        let release = match due {
+                            None => Release::Full,
+                            // The instance came back after the delay had run out: the batch waited
+                            // for it, not for its delay.
+                            Some(due) if st.free_since.get(instance).is_some_and(|&f| f > due) => {
+                                Release::Backlog
+                            }
+                            Some(_) => Release::Deadline,
+                        };
                         st.running += 1;
                         let seq = st.next_batch_seq;
                         st.next_batch_seq += 1;
-                        step.dispatch = Some(Dispatch { instance, seq, batch });
+                        step.dispatch = Some(Dispatch {
+                            instance,
+                            seq,
+                            release,
+                            batch,
+                        });
                     }
                     Plan::Wait(t) => step.wake_at = Some(deadline.map_or(t, |d| d.min(t))),
                     Plan::Idle => step.finished = st.closed && st.running == 0,
@@ -524,7 +546,7 @@ fn plan<I: BatchItem, O, E>(
         return Plan::Idle;
     };
     if !config.enabled {
-        return Plan::Dispatch(1);
+        return Plan::Dispatch { count: 1, due: None };
     }
     let cap = cap.clamp(1, config.max_batch_size);
     let mut rows = first.rows;
@@ -549,15 +571,18 @@ fn plan<I: BatchItem, O, E>(
         }
     }
     if blocked || config.preferred_batch_sizes.contains(&rows) {
-        return Plan::Dispatch(count);
+        return Plan::Dispatch { count, due: None };
     }
     if let Some(n) = best_preferred {
-        return Plan::Dispatch(n);
+        return Plan::Dispatch { count: n, due: None };
     }
     let oldest = queue.oldest_enqueued().unwrap_or(first.enqueued);
     let due = oldest + delay;
     if due <= now {
-        Plan::Dispatch(count)
+        Plan::Dispatch {
+            count,
+            due: Some(due),
+        }
     } else {
         Plan::Wait(due)
     }
@@ -629,10 +654,21 @@ async fn run_batches<E: BatchExecutor>(shared: Arc<Shared<E>>, first: Dispatch<E
 /// Executes one batch, frees its instance and returns the answers that may leave now (with
 /// `preserve_ordering`, those of earlier batches that were waiting for this one too).
 async fn run_batch<E: BatchExecutor>(shared: &Shared<E>, d: Dispatch<E>) -> Vec<Waiter<E::Output, E::Error>> {
-    let Dispatch { instance, seq, batch } = d;
+    let Dispatch {
+        instance,
+        seq,
+        release,
+        batch,
+    } = d;
     let exec = shared.instances[instance].clone();
     let start = Instant::now();
     let rows: usize = batch.iter().map(|q| q.rows).sum();
+    let (oldest, newest) = batch.iter().fold((start, None::<Instant>), |(o, n), q| {
+        (
+            o.min(q.enqueued),
+            Some(n.map_or(q.enqueued, |n| n.max(q.enqueued))),
+        )
+    });
     let mut senders = Vec::with_capacity(batch.len());
     let mut items = Vec::with_capacity(batch.len());
     for q in batch {
@@ -657,11 +693,18 @@ async fn run_batch<E: BatchExecutor>(shared: &Shared<E>, d: Dispatch<E>) -> Vec<
             Err(Rejected::Dropped)
         }
     };
-    let exec_time = start.elapsed();
+    let done = Instant::now();
+    let exec_time = done.saturating_duration_since(start);
     if let Some(a) = &shared.adaptive {
         lock(a).observe_batch(
-            rows,
-            exec_time,
+            BatchReport {
+                rows,
+                exec: exec_time,
+                release,
+                oldest_wait: start.saturating_duration_since(oldest),
+                span: newest.map_or(Duration::ZERO, |n| n.saturating_duration_since(oldest)),
+                done,
+            },
             senders.iter().map(|(_, queue_time)| *queue_time + exec_time),
         );
     }
@@ -694,6 +737,9 @@ async fn run_batch<E: BatchExecutor>(shared: &Shared<E>, d: Dispatch<E>) -> Vec<
     }
     let mut st = lock(&shared.state);
     st.free.push(instance);
+    if let Some(f) = st.free_since.get_mut(instance) {
+        *f = Instant::now();
+    }
     st.running -= 1;
     if !shared.config.preserve_ordering {
         return waiters;

@@ -514,90 +514,309 @@ async fn a_request_whose_caller_left_is_not_executed() {
     assert_eq!(h.batches(), vec![vec![0], vec![2]]);
 }
 
-/// Closed-loop load: `clients` callers, each sending its next request `think` after its last answer.
-/// Returns (requests per simulated second, p99 latency seen by the callers).
-async fn closed_loop(
-    config: BatcherConfig,
-    clients: usize,
-    think: Duration,
+/// A load on one instance whose batches take `base + per_row * rows`.
+#[derive(Clone, Copy)]
+struct Load {
+    /// Closed loop: callers that each send their next request after their last answer and a think
+    /// time. `None`: open loop at `interval` per request.
+    clients: Option<usize>,
+    /// Think time (closed loop) or mean gap between requests (open loop).
+    interval: Duration,
+    /// Each think time or gap varies by up to this much (deterministic pseudo-random).
+    jitter: Duration,
+    base: Duration,
+    per_row: Duration,
     total: Duration,
-) -> (f64, Duration) {
+}
+
+impl Load {
+    fn closed(clients: usize) -> Self {
+        Load {
+            clients: Some(clients),
+            interval: Duration::from_micros(500),
+            jitter: Duration::from_micros(1500),
+            base: Duration::from_millis(4),
+            per_row: Duration::from_micros(100),
+            total: Duration::from_secs(20),
+        }
+    }
+}
+
+/// What a load saw in its second half (the first is the controller's time to settle).
+#[derive(Debug)]
+struct Outcome {
+    throughput: f64,
+    p99: Duration,
+    rows_per_exec: f64,
+    /// The largest batch executed over the whole run.
+    max_rows: usize,
+    /// The adaptive delay every 100 ms of the second half.
+    delays: Vec<Duration>,
+}
+
+/// A deterministic xorshift stream of durations in [0, max).
+fn jitter_stream(seed: u64, max: Duration) -> impl FnMut() -> Duration {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        max.mul_f64((state >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
+async fn run_load(config: BatcherConfig, load: Load) -> Outcome {
     let h = Harness::with(config, 1, |e| {
-        e.base = Duration::from_millis(4);
-        e.per_row = Duration::from_micros(100);
+        e.base = load.base;
+        e.per_row = load.per_row;
     });
     let batcher = h.batcher.clone();
-    let end = Instant::now() + total;
+    let start = Instant::now();
+    let half = start + load.total / 2;
+    let end = start + load.total;
+    let request = |b: Batcher<Exec>, id: usize| async move {
+        let t0 = Instant::now();
+        let c = b
+            .submit(
+                Item {
+                    id,
+                    rows: 1,
+                    shape: 0,
+                },
+                SubmitOptions::default(),
+            )
+            .unwrap()
+            .await;
+        c.result.unwrap();
+        (t0.elapsed(), Instant::now())
+    };
     let mut joins = Vec::new();
-    for c in 0..clients {
-        let b = batcher.clone();
-        joins.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut id = c * 1_000_000;
-            // Stagger the first requests a little, as real clients do.
-            tokio::time::sleep(Duration::from_micros(37 * c as u64)).await;
-            while Instant::now() < end {
-                let t0 = Instant::now();
-                id += 1;
-                let c = b
-                    .submit(
-                        Item {
-                            id,
-                            rows: 1,
-                            shape: 0,
-                        },
-                        SubmitOptions::default(),
-                    )
-                    .unwrap()
-                    .await;
-                c.result.unwrap();
-                lat.push(t0.elapsed());
-                tokio::time::sleep(think).await;
+    match load.clients {
+        Some(clients) => {
+            for c in 0..clients {
+                let b = batcher.clone();
+                joins.push(tokio::spawn(async move {
+                    let mut next = jitter_stream(c as u64 + 1, load.jitter);
+                    let mut seen = Vec::new();
+                    let mut id = c * 1_000_000;
+                    // Stagger the first requests a little, as real clients do.
+                    tokio::time::sleep(Duration::from_micros(37 * c as u64)).await;
+                    while Instant::now() < end {
+                        id += 1;
+                        seen.push(request(b.clone(), id).await);
+                        tokio::time::sleep(load.interval + next()).await;
+                    }
+                    seen
+                }));
             }
-            lat
-        }));
+        }
+        None => {
+            let b = batcher.clone();
+            joins.push(tokio::spawn(async move {
+                let mut next = jitter_stream(7, load.jitter);
+                let mut inflight = Vec::new();
+                let mut id = 0;
+                // Arrivals on an absolute schedule: tokio's timer rounds each sleep up to a millisecond,
+                // so sleeping a sub-millisecond gap per request would halve the rate.
+                let mut at = Instant::now();
+                while at < end {
+                    while at <= Instant::now() {
+                        id += 1;
+                        inflight.push(tokio::spawn(request(b.clone(), id)));
+                        at += load.interval.saturating_sub(load.jitter / 2) + next();
+                    }
+                    tokio::time::sleep_until(at).await;
+                }
+                let mut seen = Vec::new();
+                for t in inflight {
+                    seen.push(t.await.unwrap());
+                }
+                seen
+            }));
+        }
     }
-    let mut all = Vec::new();
+    let sampler = {
+        let b = batcher.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(half).await;
+            let mut delays = Vec::new();
+            while Instant::now() < end {
+                delays.extend(b.adaptive_snapshot().map(|s| s.delay));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            delays
+        })
+    };
+    let mut latencies = Vec::new();
     for j in joins {
-        all.extend(j.await.unwrap());
+        for (latency, done) in j.await.unwrap() {
+            if done >= half && done < end {
+                latencies.push(latency);
+            }
+        }
     }
-    all.sort();
-    let p99 = all[(all.len() * 99).div_ceil(100) - 1];
-    (all.len() as f64 / total.as_secs_f64(), p99)
+    let delays = sampler.await.unwrap();
+    latencies.sort();
+    let p99 = latencies[(latencies.len() * 99).div_ceil(100) - 1];
+    let since = load.total / 2;
+    let batches: Vec<usize> = h
+        .records()
+        .iter()
+        .filter(|r| r.at >= since && r.at < load.total)
+        .map(|r| r.ids.len())
+        .collect();
+    Outcome {
+        throughput: latencies.len() as f64 / (load.total / 2).as_secs_f64(),
+        p99,
+        rows_per_exec: batches.iter().sum::<usize>() as f64 / batches.len().max(1) as f64,
+        max_rows: h.records().iter().map(|r| r.ids.len()).max().unwrap_or(0),
+        delays,
+    }
+}
+
+fn adaptive(target: Duration) -> BatcherConfig {
+    let mut cfg = batching(32, 0);
+    cfg.adaptive = Some(AdaptiveConfig::new(target));
+    cfg
+}
+
+/// The best throughput of fixed delays from 0 to 8 ms whose p99 meets `target`.
+async fn best_fixed(load: Load, target: Duration) -> f64 {
+    let mut best = 0.0f64;
+    for delay_us in [0u64, 500, 1000, 2000, 3000, 4000, 5000, 6000, 8000] {
+        let o = run_load(batching(32, 0).with_delay_us(delay_us), load).await;
+        eprintln!("fixed delay {delay_us} us: {o:?}");
+        if o.p99 <= target {
+            best = best.max(o.throughput);
+        }
+    }
+    best
+}
+
+/// The adaptive delay settled: over the second half it moved within a factor of 1.5 and changed
+/// direction at most once.
+fn assert_settled(o: &Outcome) {
+    let lo = o.delays.iter().min().copied().unwrap_or_default();
+    let hi = o.delays.iter().max().copied().unwrap_or_default();
+    assert!(
+        hi <= lo.mul_f64(1.5) + Duration::from_micros(100),
+        "the delay kept moving ({lo:?}..{hi:?}): {:?}",
+        o.delays
+    );
+    let mut turns = 0;
+    let mut last_sign = 0i8;
+    for w in o.delays.windows(2) {
+        let sign = (w[1] > w[0]) as i8 - (w[1] < w[0]) as i8;
+        if sign != 0 {
+            if last_sign != 0 && sign != last_sign {
+                turns += 1;
+            }
+            last_sign = sign;
+        }
+    }
+    assert!(turns <= 1, "the delay oscillated: {:?}", o.delays);
 }
 
 #[tokio::test(start_paused = true)]
-async fn adaptive_mode_meets_its_p99_target_near_the_best_fixed_delay_throughput() {
-    let clients = 32;
-    let think = Duration::from_micros(300);
-    let total = Duration::from_secs(20);
-    let mut best = 0.0f64;
-    for delay_us in [0u64, 250, 500, 1000, 2000, 4000] {
-        let (tput, p99) = closed_loop(batching(32, 0).with_delay_us(delay_us), clients, think, total).await;
-        eprintln!("fixed delay {delay_us} us: {tput:.0}/s, p99 {p99:?}");
-        best = best.max(tput);
-    }
+async fn adaptive_mode_fills_the_batches_of_a_closed_loop_at_the_best_fixed_delay_throughput() {
+    // 32 callers, batches of up to 32 costing 4 ms + 0.1 ms per row: one full batch per round trip
+    // is the best there is, and it takes a delay of about one small batch's execution to get there.
+    let load = Load::closed(32);
     let target = Duration::from_millis(30);
-    let mut cfg = batching(32, 0);
-    cfg.adaptive = Some(AdaptiveConfig::new(target));
-    let (tput, p99) = closed_loop(cfg, clients, think, total).await;
-    eprintln!("adaptive (target {target:?}): {tput:.0}/s, p99 {p99:?}");
+    let best = best_fixed(load, target).await;
+    let o = run_load(adaptive(target), load).await;
+    eprintln!("adaptive (target {target:?}): {o:?}");
     assert!(
-        tput >= 0.9 * best,
-        "adaptive {tput:.0}/s vs best fixed delay {best:.0}/s"
+        o.throughput >= 0.9 * best,
+        "adaptive {:.0}/s vs best fixed {best:.0}/s",
+        o.throughput
     );
-    assert!(p99 <= target, "adaptive p99 {p99:?} above its target {target:?}");
+    assert!(o.p99 <= target, "p99 {:?} over the target {target:?}", o.p99);
+    assert!(
+        o.rows_per_exec >= 0.9 * 32.0,
+        "batches do not fill: {:.1} rows",
+        o.rows_per_exec
+    );
+    assert!(
+        o.max_rows <= 32,
+        "a batch of {} rows, over max_batch_size 32",
+        o.max_rows
+    );
+    assert_settled(&o);
+}
 
-    // A tight target forces smaller batches: p99 must still be met.
-    let tight = Duration::from_millis(12);
-    let mut cfg = batching(32, 0);
-    cfg.adaptive = Some(AdaptiveConfig::new(tight));
-    let (tput, p99) = closed_loop(cfg, clients, think, total).await;
-    eprintln!("adaptive (target {tight:?}): {tput:.0}/s, p99 {p99:?}");
+#[tokio::test(start_paused = true)]
+async fn adaptive_mode_meets_a_tight_target_at_the_best_fixed_delay_throughput_within_it() {
+    // 12 ms leaves room for one full batch (7.2 ms) and little else.
+    let load = Load::closed(32);
+    let target = Duration::from_millis(12);
+    let best = best_fixed(load, target).await;
+    let o = run_load(adaptive(target), load).await;
+    eprintln!("adaptive (target {target:?}): {o:?}");
+    assert!(o.p99 <= target, "p99 {:?} over the target {target:?}", o.p99);
     assert!(
-        p99 <= tight.mul_f64(1.1),
-        "adaptive p99 {p99:?} with a {tight:?} target"
+        o.throughput >= 0.9 * best,
+        "adaptive {:.0}/s vs best fixed {best:.0}/s",
+        o.throughput
     );
+    assert_settled(&o);
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_mode_with_fewer_callers_than_a_batch_does_not_wait_for_rows_that_never_come() {
+    // 12 callers and batches of 32: no batch fills, so the right delay is just long enough for the
+    // callers of one batch to come back.
+    let load = Load::closed(12);
+    let target = Duration::from_millis(30);
+    let best = best_fixed(load, target).await;
+    let o = run_load(adaptive(target), load).await;
+    eprintln!("adaptive (target {target:?}): {o:?}");
+    assert!(
+        o.throughput >= 0.9 * best,
+        "adaptive {:.0}/s vs best fixed {best:.0}/s",
+        o.throughput
+    );
+    assert!(o.p99 <= target, "p99 {:?} over the target {target:?}", o.p99);
+    assert_settled(&o);
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_mode_backs_off_a_delay_that_breaks_the_target() {
+    // Few callers, a configured delay of 20 ms (bounded to half the 10 ms target at the start): each
+    // batch waits out the delay, so p99 starts above the target and the delay must come down.
+    let load = Load::closed(4);
+    let target = Duration::from_millis(8);
+    let mut cfg = adaptive(target);
+    cfg.max_queue_delay = Duration::from_millis(20);
+    let best = best_fixed(load, target).await;
+    let o = run_load(cfg, load).await;
+    eprintln!("adaptive (target {target:?}): {o:?}");
+    assert!(o.p99 <= target, "p99 {:?} over the target {target:?}", o.p99);
+    assert!(o.delays.iter().all(|&d| d < target / 2), "{:?}", o.delays);
+    assert!(
+        o.throughput >= 0.9 * best,
+        "adaptive {:.0}/s vs best fixed {best:.0}/s",
+        o.throughput
+    );
+    assert_settled(&o);
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_mode_keeps_an_open_loop_within_its_target() {
+    // Requests at a fixed rate (about 2,000/s, half of what full batches could serve): throughput is
+    // the callers' rate whatever the delay, so only the target and stability are at stake.
+    let load = Load {
+        clients: None,
+        interval: Duration::from_micros(500),
+        jitter: Duration::from_micros(400),
+        ..Load::closed(0)
+    };
+    let target = Duration::from_millis(20);
+    let o = run_load(adaptive(target), load).await;
+    eprintln!("adaptive (target {target:?}): {o:?}");
+    assert!(o.p99 <= target, "p99 {:?} over the target {target:?}", o.p99);
+    assert!(o.throughput >= 0.95 * 2000.0, "{:.0}/s", o.throughput);
+    assert_settled(&o);
 }
 
 impl BatcherConfig {

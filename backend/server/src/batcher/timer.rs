@@ -119,7 +119,7 @@ mod tests {
         let took = start.elapsed();
         assert!(took >= Duration::from_micros(300), "woke early: {took:?}");
         // Deadlines fire in order.
-        let a = tokio::spawn(sleep_until(start + Duration::from_millis(3)));
+        let a = tokio::spawn(sleep_until(start + Duration::from_millis(50)));
         let b = sleep_until(Instant::now() + Duration::from_micros(100));
         b.await;
         assert!(!a.is_finished(), "the later deadline fired first");
