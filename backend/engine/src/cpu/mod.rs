@@ -22,6 +22,8 @@ mod reduce;
 mod rnn;
 mod simd;
 mod split;
+#[cfg(test)]
+mod test_data;
 
 use std::sync::{Arc, Mutex};
 

@@ -351,18 +351,13 @@ multiversion! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::test_data::det_uniform;
 
     /// The fast LSTM path against the general loop (forced by a clip too large to change anything).
     const TOL: f32 = 2e-5;
 
     fn det(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-                ((s >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        det_uniform(n, seed, 1.0)
     }
 
     #[test]

@@ -2,19 +2,14 @@ use super::*;
 use crate::cpu::buf::Buf;
 use crate::cpu::exec::In;
 use crate::cpu::simd::all_available;
+use crate::cpu::test_data::det_uniform;
 use crate::ir::{BinaryOp, Epilogue, EpilogueStep, UnaryOp};
 
 /// Relative tolerance of an f32 convolution against the f64 reference, per √(terms).
 const RTOL: f64 = 2e-6;
 
 fn det(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            ((s >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    det_uniform(n, seed, 1.0)
 }
 
 /// One 2-D case: batch, channels, input size, output channels, kernel, strides, pads

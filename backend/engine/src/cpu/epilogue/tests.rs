@@ -1,18 +1,13 @@
 use super::*;
 use crate::cpu::elementwise::binary;
 use crate::cpu::simd::all_available;
+use crate::cpu::test_data::det_uniform;
 
 /// Unary functions are evaluated the same way as the unfused op, up to FMA rounding.
 const TOL: f32 = 1e-6;
 
 fn det(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            ((s >> 8) as f32 / (1u32 << 24) as f32) * 8.0 - 4.0
-        })
-        .collect()
+    det_uniform(n, seed, 4.0)
 }
 
 /// Apply `epi` to a whole output, row by row.

@@ -1,17 +1,12 @@
 use super::*;
 use crate::cpu::simd::all_available;
+use crate::cpu::test_data::det_uniform;
 
 /// Relative tolerance of an f32 product against the f64 reference, per √k accumulated terms.
 const RTOL: f64 = 1e-5;
 
 fn det(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            ((s >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    det_uniform(n, seed, 1.0)
 }
 
 /// Adds `row * 0.5 - col * 0.25` so a tail applied to the wrong place shows.
