@@ -160,16 +160,6 @@ fn post(gw: &infergate_gateway::server::Gateway, path: &str, body: Bytes) -> Req
         .unwrap()
 }
 
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{what} did not happen within 5 s");
-}
-
 #[tokio::test]
 async fn refused_streams_are_retried_when_the_route_says_so_and_named_when_not() {
     let up = raw_upstream(Behaviour::RefuseOnce).await;

@@ -72,16 +72,6 @@ async fn connections(gw: &Gateway) -> Vec<http1::SendRequest<Full<Bytes>>> {
     senders
 }
 
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{what} did not happen within 5 s");
-}
-
 /// An upstream that answers once `gate` gives a permit, and records the most requests it held at once.
 async fn gated_upstream(gate: Arc<Semaphore>, most: Arc<AtomicUsize>) -> TestUpstream {
     let now = Arc::new(AtomicUsize::new(0));

@@ -185,3 +185,14 @@ pub async fn admin_get(gw: &Gateway, path: &str) -> (u16, String) {
     let (parts, body) = send(&http1_client(), req).await;
     (parts.status.as_u16(), String::from_utf8_lossy(&body).into_owned())
 }
+
+/// Waits (up to 5 s, polling every 10 ms) until `cond` holds; panics naming `what` otherwise.
+pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{what} did not happen within 5 s");
+}
