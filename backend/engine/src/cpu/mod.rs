@@ -24,6 +24,7 @@ mod simd;
 mod split;
 #[cfg(test)]
 mod test_data;
+mod weights;
 
 use std::sync::{Arc, Mutex};
 
@@ -36,6 +37,7 @@ use crate::session::SessionOptions;
 use crate::tensor::{DataType, Tensor};
 
 use buf::Buf;
+use weights::{Packing, Weights};
 
 /// Evaluate one concrete op on host tensors (constant folding and shape subgraphs).
 pub(crate) fn eval_host(
@@ -76,28 +78,29 @@ pub(crate) fn eval_host(
     Ok(out)
 }
 
-/// A specialised plan with its constants converted once (weights packed for the matrix products).
+/// A specialised plan. Its constants (converted buffers, weights packed for the matrix products)
+/// are borrowed from the executor's [`Weights`], shared with its plans for other batch sizes.
 struct CpuPlan {
     graph: ConcreteGraph,
     consts: Vec<Option<Arc<Buf>>>,
     last_use: Vec<Option<usize>>,
-    prepared: Vec<Option<exec::Prepared>>,
+    prepared: Vec<Option<Arc<exec::Prepared>>>,
     /// The batch size and the one-sample plan when the batch runs as one-sample runs
     /// ([`split`]); the plan's own constants and weights are then left empty.
     split: Option<(usize, Arc<CpuPlan>)>,
 }
 
 impl CpuPlan {
-    fn new(graph: ConcreteGraph) -> Result<CpuPlan> {
+    fn new(graph: ConcreteGraph, weights: &Weights) -> Result<CpuPlan> {
         let mut consts = vec![None; graph.values.len()];
         for (id, t) in &graph.constants {
-            consts[id.0] = Some(Arc::new(Buf::from_tensor(t)?));
+            consts[id.0] = Some(weights.buf(t)?);
         }
         let last_use = graph.last_uses();
         let prepared = graph
             .nodes
             .iter()
-            .map(|node| prepare(&graph, &consts, node))
+            .map(|node| prepare(&graph, &consts, weights, node))
             .collect::<Result<_>>()?;
         Ok(CpuPlan {
             graph,
@@ -120,39 +123,46 @@ impl CpuPlan {
     }
 }
 
-/// Pack a node's constant f32 weights for its kernel: a Conv's filters (unless depthwise), a
-/// MatMul's or Gemm's 2-D right-hand side.
+/// Pack a node's constant f32 weights for its kernel (once per executor, [`Weights::packed`]): a
+/// Conv's filters (unless depthwise), a MatMul's or Gemm's 2-D right-hand side.
 fn prepare(
     g: &ConcreteGraph,
     consts: &[Option<Arc<Buf>>],
+    weights: &Weights,
     node: &crate::ir::Node,
-) -> Result<Option<exec::Prepared>> {
+) -> Result<Option<Arc<exec::Prepared>>> {
     use crate::ir::Op;
     let isa = simd::isa();
-    let constant = |i: usize| -> Option<(&[f32], &[usize])> {
+    let constant = |i: usize| -> Option<(&[f32], &[usize], &Tensor)> {
         let v = node.input(i)?;
-        match consts[v.0].as_deref() {
-            Some(Buf::F32(d)) => Some((d.as_slice(), g.values[v.0].shape.as_slice())),
+        match (consts[v.0].as_deref(), g.constants.get(&v)) {
+            (Some(Buf::F32(d)), Some(t)) => Some((d.as_slice(), g.values[v.0].shape.as_slice(), t)),
             _ => None,
         }
     };
     let input_shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
     Ok(match &node.op {
         Op::Conv { group, .. } => {
-            let (Some((w, sw)), Some(sx)) = (constant(1), input_shape(0)) else {
+            let (Some((w, sw, t)), Some(sx)) = (constant(1), input_shape(0)) else {
                 return Ok(None);
             };
             let depthwise = *group > 1 && sx.get(1) == Some(group) && sw.first() == Some(group);
             if depthwise || sx.len() != sw.len() {
                 return Ok(None);
             }
-            Some(exec::Prepared::ConvWeights(conv::pack_weights(
-                w, sw[0], *group, isa,
-            )?))
+            let packing = Packing::ConvWeights { group: *group, isa };
+            Some(weights.packed(t, packing, || {
+                Ok(exec::Prepared::ConvWeights(conv::pack_weights(
+                    w, sw[0], *group, isa,
+                )?))
+            })?)
         }
         Op::MatMul { trans_b, .. } | Op::Gemm { trans_b, .. } => match constant(1) {
-            Some((b, sb)) if sb.len() == 2 => {
-                Some(exec::Prepared::Rhs(matmul::pack_rhs(b, sb, *trans_b, isa)?))
+            Some((b, sb, t)) if sb.len() == 2 => {
+                let packing = Packing::Rhs { trans: *trans_b, isa };
+                Some(weights.packed(t, packing, || {
+                    Ok(exec::Prepared::Rhs(matmul::pack_rhs(b, sb, *trans_b, isa)?))
+                })?)
             }
             _ => None,
         },
@@ -181,6 +191,8 @@ struct Inner {
     pool: rayon::ThreadPool,
     plans: Mutex<Vec<(PlanKey, Arc<CpuPlan>)>>,
     cache_size: usize,
+    /// constants converted and packed once, shared by all plans
+    weights: Weights,
 }
 
 /// Executes a model's concrete plans on the CPU. Plans are cached per input shapes (and host-input
@@ -213,6 +225,7 @@ impl CpuExecutor {
                 pool,
                 plans: Mutex::new(Vec::new()),
                 cache_size: options.plan_cache_size.max(1),
+                weights: Weights::default(),
             }),
         })
     }
@@ -289,9 +302,13 @@ impl Inner {
             && split::same_but_batch(&graph, &one)
         {
             tracing::debug!(batch = n, "cpu plan: samples run apart");
-            return Ok(CpuPlan::split(graph, n, Arc::new(CpuPlan::new(one)?)));
+            return Ok(CpuPlan::split(
+                graph,
+                n,
+                Arc::new(CpuPlan::new(one, &self.weights)?),
+            ));
         }
-        CpuPlan::new(graph)
+        CpuPlan::new(graph, &self.weights)
     }
 
     fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
@@ -382,7 +399,7 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
                     node.name
                 )));
             }
-            exec::exec_prepared(&node.op, &ins, &outs, plan.prepared[ni].as_ref())
+            exec::exec_prepared(&node.op, &ins, &outs, plan.prepared[ni].as_deref())
                 .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
         };
         for (o, b) in node.outputs.iter().zip(result) {
@@ -427,3 +444,6 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     }
     Ok(outputs)
 }
+
+#[cfg(test)]
+mod tests;

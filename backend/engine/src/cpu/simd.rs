@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 /// A vector instruction set, in increasing order of capability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Isa {
     /// No hand-written vector code: portable Rust (auto-vectorised for the baseline target) and
     /// the `gemm` crate for matrix products.

@@ -1,0 +1,266 @@
+//! Plans of one executor share their weights ([`Weights`]) and still compute the same outputs.
+
+use super::*;
+use crate::onnx::proto::*;
+use prost::Message;
+
+fn vi(name: &str, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: 1,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            dim_value: (d >= 0).then_some(d),
+                            dim_param: (d < 0).then(|| "batch".to_string()),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        name: format!("{op}_{output}"),
+        op_type: op.into(),
+        attribute,
+        ..Default::default()
+    }
+}
+
+fn attr_int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INT,
+        i: v,
+        ..Default::default()
+    }
+}
+
+fn init(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: 1,
+        raw_data: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, x: &[i64], y: &[i64], inits: Vec<TensorProto>) -> Arc<Model> {
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "g".into(),
+            initializer: inits,
+            input: vec![vi("x", x)],
+            output: vec![vi("y", y)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap())
+}
+
+fn ramp(n: usize, mul: usize, modulo: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * mul % modulo) as f32 - (modulo / 2) as f32) / 10.0)
+        .collect()
+}
+
+/// Conv (pads 1) → BatchNormalization (folded into the Conv at load) → Relu → GlobalAveragePool →
+/// Flatten → Gemm: batches of 2 or more run split into one-sample runs.
+fn small_cnn() -> Arc<Model> {
+    let pads = AttributeProto {
+        name: "pads".into(),
+        r#type: attribute_type::INTS,
+        ints: vec![1, 1, 1, 1],
+        ..Default::default()
+    };
+    model(
+        vec![
+            node("Conv", &["x", "w"], "c", vec![pads]),
+            node("BatchNormalization", &["c", "s", "b", "m", "v"], "bn", vec![]),
+            node("Relu", &["bn"], "r", vec![]),
+            node("GlobalAveragePool", &["r"], "p", vec![]),
+            node("Flatten", &["p"], "f", vec![]),
+            node("Gemm", &["f", "fc"], "y", vec![attr_int("transB", 1)]),
+        ],
+        &[-1, 3, 8, 8],
+        &[-1, 4],
+        vec![
+            init("w", &[8, 3, 3, 3], &ramp(8 * 27, 7, 13)),
+            init("s", &[8], &[1.0, 0.5, 2.0, 1.5, 1.0, 0.8, 1.2, 0.9]),
+            init("b", &[8], &[0.1, -0.1, 0.2, 0.0, 0.3, -0.2, 0.1, 0.0]),
+            init("m", &[8], &[0.0, 0.1, -0.1, 0.2, 0.0, 0.0, 0.1, -0.2]),
+            init("v", &[8], &[1.0, 0.9, 1.1, 1.2, 0.8, 1.0, 1.0, 1.3]),
+            init("fc", &[4, 8], &ramp(32, 5, 11)),
+        ],
+    )
+}
+
+/// `x [n, 16] · w1 [16, 16] · w2 [16, 16]`, then Softmax over the batch axis (which mixes samples:
+/// not split). Two weights of one shape: they must stay apart.
+fn two_matmuls_softmax(w1: &[f32], w2: &[f32]) -> Arc<Model> {
+    model(
+        vec![
+            node("MatMul", &["x", "w1"], "h", vec![]),
+            node("MatMul", &["h", "w2"], "mm", vec![]),
+            node("Softmax", &["mm"], "y", vec![attr_int("axis", 0)]),
+        ],
+        &[-1, 16],
+        &[-1, 16],
+        vec![init("w1", &[16, 16], w1), init("w2", &[16, 16], w2)],
+    )
+}
+
+fn two_weights() -> (Vec<f32>, Vec<f32>) {
+    (ramp(256, 7, 19), ramp(256, 5, 23))
+}
+
+fn input(shape: Vec<usize>) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_vec(shape, ramp(n, 3, 17)).unwrap()
+}
+
+/// The plan that holds the weights: the one-sample plan of a split plan.
+fn holder(plan: &CpuPlan) -> &CpuPlan {
+    plan.split.as_ref().map_or(plan, |(_, one)| one)
+}
+
+/// The addresses of a plan's constant buffers and packed weights.
+fn weight_addrs(plan: &CpuPlan) -> (Vec<*const Buf>, Vec<*const exec::Prepared>) {
+    let p = holder(plan);
+    let mut bufs: Vec<_> = p.consts.iter().flatten().map(Arc::as_ptr).collect();
+    let mut packed: Vec<_> = p.prepared.iter().flatten().map(Arc::as_ptr).collect();
+    bufs.sort();
+    packed.sort();
+    (bufs, packed)
+}
+
+fn executor(model: &Arc<Model>, plan_cache_size: usize) -> CpuExecutor {
+    let options = SessionOptions {
+        threads: Some(2),
+        plan_cache_size,
+        ..SessionOptions::default()
+    };
+    CpuExecutor::new(model.clone(), &options).unwrap()
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    // f32 products and sums of a few dozen terms, in a different order
+    const TOL: f32 = 1e-5;
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= TOL * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+#[test]
+fn plans_for_every_batch_size_share_one_copy_of_the_weights() {
+    for model in [small_cnn(), {
+        let (w1, w2) = two_weights();
+        two_matmuls_softmax(&w1, &w2)
+    }] {
+        let x_shape = |n: usize| {
+            let mut s: Vec<usize> = model.signature().inputs[0]
+                .dims
+                .iter()
+                .map(|d| match d {
+                    crate::model::Dim::Fixed(d) => *d,
+                    crate::model::Dim::Dynamic(_) => n,
+                })
+                .collect();
+            s[0] = n;
+            s
+        };
+        let exec = executor(&model, 16);
+        let first = exec.inner.plan(&[input(x_shape(1))]).unwrap();
+        let (bufs, packed) = weight_addrs(&first);
+        assert!(
+            !bufs.is_empty() && !packed.is_empty(),
+            "the model has packed weights"
+        );
+        let live = exec.inner.weights.live();
+        for n in 2..=8 {
+            let plan = exec.inner.plan(&[input(x_shape(n))]).unwrap();
+            assert_eq!(weight_addrs(&plan), (bufs.clone(), packed.clone()), "batch {n}");
+            assert_eq!(exec.inner.weights.live(), live, "batch {n}: no new weight copies");
+            // the outputs are those of a plan built on its own
+            let x = input(x_shape(n));
+            let got = exec.run_blocking(vec![x.clone()]).unwrap();
+            let alone = executor(&model, 1).run_blocking(vec![x]).unwrap();
+            assert_close(
+                &got[0].to_vec::<f32>().unwrap(),
+                &alone[0].to_vec::<f32>().unwrap(),
+                &format!("batch {n}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn weights_of_the_same_shape_stay_apart() {
+    let (w1, w2) = two_weights();
+    let exec = executor(&two_matmuls_softmax(&w1, &w2), 16);
+    let x = input(vec![3, 16]);
+    let xs = x.to_vec::<f32>().unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        // the second run reuses the cached plan
+        got = exec.run_blocking(vec![x.clone()]).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap();
+    }
+    assert_eq!(exec.inner.weights.live(), (2, 2), "w1 and w2, each once");
+    // reference: the two products, then a softmax down each column
+    let product = |a: &[f32], w: &[f32]| -> Vec<f32> {
+        (0..3 * 16)
+            .map(|i| (0..16).map(|k| a[i / 16 * 16 + k] * w[k * 16 + i % 16]).sum())
+            .collect()
+    };
+    let mm = product(&product(&xs, &w1), &w2);
+    let want: Vec<f32> = (0..3 * 16)
+        .map(|i| {
+            let c = i % 16;
+            let max = (0..3).map(|r| mm[r * 16 + c]).fold(f32::MIN, f32::max);
+            let sum: f32 = (0..3).map(|r| (mm[r * 16 + c] - max).exp()).sum();
+            (mm[i] - max).exp() / sum
+        })
+        .collect();
+    assert_close(&got, &want, "softmax(x·w1·w2)");
+}
+
+#[test]
+fn weights_live_only_as_long_as_a_plan_holds_them() {
+    let model = {
+        let (w1, w2) = two_weights();
+        two_matmuls_softmax(&w1, &w2)
+    };
+    let exec = executor(&model, 1);
+    exec.inner.plan(&[input(vec![2, 16])]).unwrap();
+    let live = exec.inner.weights.live();
+    assert_eq!(live, (2, 2), "w1 and w2 converted and packed once each");
+    // a new batch size evicts the previous plan after borrowing its weights
+    for n in 3..6 {
+        exec.inner.plan(&[input(vec![n, 16])]).unwrap();
+        assert_eq!(exec.inner.weights.live(), live, "batch {n}");
+    }
+    exec.inner.plans.lock().unwrap().clear();
+    assert_eq!(exec.inner.weights.live(), (0, 0), "no plan left, no weights kept");
+}
