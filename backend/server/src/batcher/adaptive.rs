@@ -7,24 +7,27 @@
 //!
 //! - **p99 above target**: the delay is halved, and the delays from three quarters of the one that
 //!   failed upwards are off limits until p99 has had headroom for a while. Once the delay is negligible
-//!   and the slowest batch took more than half the target, the batch-size cap shrinks by a quarter —
-//!   kept only if the next window's p99 is lower (when the tail is queueing, smaller batches lengthen it).
+//!   and the slow batches (90th percentile of execution times) took more than half the target, the
+//!   batch-size cap shrinks by a quarter — kept only if the next two windows' p99 are each clearly (15%)
+//!   lower: when the tail is queueing, smaller batches lengthen it, and a few percent is noise.
 //! - **p99 within target**, on the rows of the window:
 //!   - at least 90% left in **full** batches (cap or preferred size reached): the delay costs nothing,
 //!     it stays (it also lets a late request catch up with its batch);
 //!   - under-filled batches mostly **waited for an instance** past their delay: no delay below that wait
-//!     holds anything back; the delay jumps to 1.25× the lower quartile of those waits (at least ×1.5),
-//!     so the next batch is held until the requests arriving just after it (in a closed loop, the callers
-//!     of the batch that was running) can join;
+//!     holds anything back; the delay moves to 1.25× the lower quartile of those waits, so the next
+//!     batch is held until the requests arriving just after it (in a closed loop, the callers of the
+//!     batch that was running) can join — but no further than 1.25× a typical execution (median,
+//!     smoothed over windows): the waits behind slow executions are noise, not a reason to wait longer;
 //!   - under-filled batches mostly **waited for their delay** with an instance free: when requests stopped
 //!     joining well before the deadline (90% of batches got their last request in the first half of the
 //!     wait), or the instance idles more than 70% of the time, the delay shrinks (÷1.5, not below twice
-//!     that joining span; two windows in a row must agree); when requests still joined near the
-//!     deadline, the instance is busy at least half the time and p99 is under 80% of the target, it
-//!     grows ×1.5.
+//!     that joining span); when requests still joined near the deadline, the instance is busy at least
+//!     half the time and p99 is under 80% of the target, it grows ×1.5 (two windows in a row must agree
+//!     either way).
 //!
-//! The delay stays within half the target. The batch-size cap grows back by a quarter (never past
-//! `max_batch_size`) while p99 is under 80% of the target and the slowest batch, scaled to the larger
+//! Every increase of the delay is on trial: two windows in a row over the target after it undo it. The
+//! delay stays within half the target. The batch-size cap grows back by a quarter (never past
+//! `max_batch_size`) while p99 is under 80% of the target and the slow batches, scaled to the larger
 //! cap, would still fit twice in it. After any change the controller skips a window's worth of batches
 //! (those still formed under the old setting) before it measures the new one.
 //!
@@ -75,6 +78,42 @@ pub struct AdaptiveSnapshot {
     pub steps: u64,
 }
 
+/// A smaller batch-size cap on trial: kept only when [`CapTrial::WINDOWS`] windows in a row show a
+/// p99 clearly lower than before it.
+#[derive(Debug, Clone, Copy)]
+struct CapTrial {
+    /// The cap before the cut.
+    cap_before: usize,
+    /// The p99 of the window that asked for the cut.
+    p99_before: Duration,
+    /// Windows so far whose p99 was clearly lower.
+    agreed: u32,
+}
+
+impl CapTrial {
+    /// Windows in a row that must agree before a cut is kept: one window's p99 swings by more than
+    /// a few percent on a noisy machine, two in a row by a clear margin rarely do by chance.
+    const WINDOWS: u32 = 2;
+    /// How much lower than before each of those windows' p99 must be.
+    const MARGIN: f64 = 0.85;
+}
+
+/// A longer delay on trial: undone (back to where the increases started) when [`DelayTrial::WINDOWS`]
+/// windows in a row after it have a p99 over the target.
+#[derive(Debug, Clone, Copy)]
+struct DelayTrial {
+    /// The delay before the increase.
+    before: Duration,
+    /// Windows in a row since the increase whose p99 was over the target.
+    over: u32,
+}
+
+impl DelayTrial {
+    /// Windows over the target that undo an increase: the first window after a change can be the
+    /// change settling in, or one window's noise; two in a row are the change.
+    const WINDOWS: u32 = 2;
+}
+
 /// The online tuner (one per batcher).
 #[derive(Debug)]
 pub(crate) struct AdaptiveController {
@@ -85,12 +124,19 @@ pub(crate) struct AdaptiveController {
     cap: usize,
     /// Highest delay allowed now: half the target, lowered after a violation, recovering with headroom.
     ceiling: Duration,
-    /// A cap reduction waiting for its verdict: (cap before, p99 before).
-    cap_trial: Option<(usize, Duration)>,
+    /// A cap reduction waiting for its verdict.
+    cap_trial: Option<CapTrial>,
+    /// The last increase of the delay, while it waits for its verdict.
+    delay_trial: Option<DelayTrial>,
     /// The cap may not shrink below this (a reduction that did not help).
     cap_floor: usize,
+    /// A typical batch execution: the windows' median execution times, averaged over windows
+    /// (exponentially, a quarter of weight to the newest) so that one noisy window moves it little.
+    typical_exec: Option<Duration>,
     /// Consecutive windows that asked for a shorter delay.
     shrink_votes: u32,
+    /// Consecutive windows that asked for a longer delay (requests still joining at the deadline).
+    grow_votes: u32,
     /// Batches still to ignore after a change (the move from one pattern of batches to the next).
     settling: usize,
     window: Window,
@@ -116,8 +162,11 @@ impl AdaptiveController {
             cap: max_batch.max(1),
             ceiling: bound,
             cap_trial: None,
+            delay_trial: None,
             cap_floor: 1,
+            typical_exec: None,
             shrink_votes: 0,
+            grow_votes: 0,
             settling: 0,
             last_p99: None,
             steps: 0,
@@ -184,14 +233,56 @@ impl AdaptiveController {
         let bound = target / 2;
         let min_step = (target / 100).max(Duration::from_micros(20));
 
-        if let Some((cap_before, p99_before)) = self.cap_trial.take()
-            && p99.as_secs_f64() > p99_before.as_secs_f64() * 0.95
+        // What a batch typically costs, smoothed over windows: the backlog rule below sizes the delay
+        // by it, so it must not follow one window's slow executions.
+        let typical_exec = match self.typical_exec {
+            Some(t) => t.mul_f64(0.75) + w.exec_p50.mul_f64(0.25),
+            None => w.exec_p50,
+        };
+        self.typical_exec = Some(typical_exec);
+        // An increase of the delay still waiting for its verdict, after one window over the target.
+        let mut delay_pending = None;
+        if let Some(mut trial) = self.delay_trial.take()
+            && p99 > target
         {
-            // Smaller batches did not shorten the tail: it is queueing (too little throughput), which
-            // smaller batches only lengthen.
-            self.cap = cap_before;
-            self.cap_floor = cap_before;
+            trial.over += 1;
+            if trial.over < DelayTrial::WINDOWS {
+                // One window over the target right after a longer delay may be the change settling
+                // in, or noise: judge the increase on the next window too. The rules below still
+                // apply (a further increase joins the same trial).
+                delay_pending = Some(trial);
+            } else {
+                // Still over the target: the increase broke it. Undo it, whatever else this window
+                // says (it was formed under the setting that failed), and as after any violation keep
+                // delays from three quarters of the one that failed upwards off limits until p99 has
+                // had headroom for a while.
+                let failed = self.delay;
+                self.delay = trial.before;
+                self.ceiling = self
+                    .ceiling
+                    .min(failed.mul_f64(0.75))
+                    .max(trial.before)
+                    .max(min_step);
+                self.shrink_votes = 0;
+                self.grow_votes = 0;
+                return;
+            }
         }
+        if let Some(mut trial) = self.cap_trial.take() {
+            if p99.as_secs_f64() > trial.p99_before.as_secs_f64() * CapTrial::MARGIN {
+                // Smaller batches did not clearly shorten the tail: it is queueing (too little
+                // throughput), which smaller batches only lengthen, or the window's noise. A p99 a
+                // few percent lower is what noise alone produces, so it does not count.
+                self.cap = trial.cap_before;
+                self.cap_floor = trial.cap_before;
+            } else {
+                trial.agreed += 1;
+                if trial.agreed < CapTrial::WINDOWS {
+                    self.cap_trial = Some(trial);
+                }
+            }
+        }
+        let delay_before = self.delay;
 
         let verdict = w.verdict;
         let over = p99 > target;
@@ -202,8 +293,9 @@ impl AdaptiveController {
             self.cap_floor = 1;
             if self.cap < self.max_batch {
                 let grown = (self.cap + (self.cap / 4).max(1)).min(self.max_batch);
-                // Pessimistic: execution time proportional to rows.
-                let predicted = w.slowest_exec.mul_f64(grown as f64 / w.slowest_rows as f64);
+                // Pessimistic: execution time proportional to rows. The slow batches (90th
+                // percentile), not the slowest one: on a noisy machine that one is an outlier.
+                let predicted = w.slow_exec.mul_f64(grown as f64 / w.slow_rows as f64);
                 if predicted * 2 <= target {
                     self.cap = grown;
                 }
@@ -211,6 +303,7 @@ impl AdaptiveController {
         }
         if verdict != Verdict::Deadline {
             self.shrink_votes = 0;
+            self.grow_votes = 0;
         }
         match verdict {
             Verdict::Full => {
@@ -226,20 +319,33 @@ impl AdaptiveController {
                 // Under-filled batches waited for an instance longer than the delay, so the delay held
                 // nothing back; holding the next ones up to that wait lets the requests that arrive
                 // just after join them (in a closed loop, the callers of the batch that was running).
-                // Larger batches mean more throughput and less queueing, over the target or not.
-                let wait = w.backlog_wait_p25;
-                let wanted = wait
+                // Larger batches mean more throughput and less queueing, over the target or not (an
+                // increase that leaves p99 over the target for two windows is undone, above).
+                //
+                // Those waits last as long as the batch that was running: a slow execution (noise on
+                // a shared machine) makes long waits, and chasing them ratchets the delay towards
+                // its ceiling. So the delay follows the wait only up to 1.25x a typical execution
+                // (the time the callers of a running batch need to come back), and no further.
+                let one_exec = typical_exec.mul_f64(1.25).max(min_step);
+                let wanted = w
+                    .backlog_wait_p25
                     .mul_f64(1.25)
-                    .max(self.delay.mul_f64(1.5))
+                    .min(one_exec)
                     .max(min_step)
                     .min(self.ceiling);
                 if wanted > self.delay {
                     self.delay = wanted;
+                } else if self.delay > one_exec.mul_f64(1.5) {
+                    // Raised earlier on slow executions that have since sped up: batches still wait
+                    // for the instance, so the delay holds nothing back above a typical execution.
+                    // (The margin of 1.5 keeps it from following every window's noise.)
+                    self.delay = one_exec;
                 }
             }
             Verdict::Deadline if over => {
                 // Batches waited out their delay with an instance free: that wait is the cost.
                 self.shrink_votes = 0;
+                self.grow_votes = 0;
                 let old = self.delay;
                 if old > min_step {
                     self.delay = old / 2;
@@ -256,6 +362,7 @@ impl AdaptiveController {
                 if stopped_joining || utilisation < 0.3 {
                     // The end of the wait was idle, or the instance is: a shorter delay loses nothing.
                     self.shrink_votes += 1;
+                    self.grow_votes = 0;
                     if self.shrink_votes >= 2 {
                         self.shrink_votes = 0;
                         self.delay = if stopped_joining {
@@ -272,19 +379,42 @@ impl AdaptiveController {
                     self.shrink_votes = 0;
                     if span >= self.delay.mul_f64(0.75) && headroom && utilisation >= 0.5 {
                         // Requests were still joining at the deadline and the instance is busy:
-                        // larger batches are worth a longer wait.
-                        self.delay = self.delay.mul_f64(1.5).max(min_step).min(self.ceiling);
+                        // larger batches are worth a longer wait. Two windows in a row must agree:
+                        // on a noisy machine one such window among windows that waited for the
+                        // instance is chance, and growing on it makes the delay swing.
+                        self.grow_votes += 1;
+                        if self.grow_votes >= 2 {
+                            self.grow_votes = 0;
+                            self.delay = self.delay.mul_f64(1.5).max(min_step).min(self.ceiling);
+                        }
+                    } else {
+                        self.grow_votes = 0;
                     }
                 }
             }
         }
+        if self.delay > delay_before {
+            // Judge the longer delay on the next windows; a trial already running keeps its start
+            // and count, so a run of increases over the target is undone as a whole.
+            self.delay_trial = Some(delay_pending.unwrap_or(DelayTrial {
+                before: delay_before,
+                over: 0,
+            }));
+        } else if self.delay == delay_before {
+            self.delay_trial = delay_pending;
+        }
     }
 
-    /// A request may wait for one running batch, then run in its own: when the slowest batch took
-    /// more than half the target, tries a cap a quarter smaller (judged on the next window).
+    /// A request may wait for one running batch, then run in its own: when the slow batches (90th
+    /// percentile) took more than half the target, tries a cap a quarter smaller (judged on the next
+    /// windows, see [`CapTrial`]). One trial at a time.
     fn try_smaller_cap(&mut self, w: &Summary) {
-        if w.slowest_exec * 2 > self.cfg.p99_target && self.cap > self.cap_floor {
-            self.cap_trial = Some((self.cap, w.p99));
+        if self.cap_trial.is_none() && w.slow_exec * 2 > self.cfg.p99_target && self.cap > self.cap_floor {
+            self.cap_trial = Some(CapTrial {
+                cap_before: self.cap,
+                p99_before: w.p99,
+                agreed: 0,
+            });
             self.cap = (self.cap * 3 / 4).max(self.cap_floor).max(1);
         }
     }

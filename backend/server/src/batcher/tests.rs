@@ -41,6 +41,25 @@ struct Exec {
     origin: Instant,
     slow_id: Option<(usize, Duration)>,
     panic_id: Option<usize>,
+    /// Scales each batch's cost by a seeded pseudo-random factor (see [`Noise`]).
+    noise: Option<Arc<Mutex<Noise>>>,
+}
+
+/// Execution-time noise, as on a shared machine: each batch's cost is multiplied by a factor drawn
+/// log-uniformly from [1/spread, spread] (a seeded xorshift stream, so runs are reproducible).
+struct Noise {
+    state: u64,
+    spread: f64,
+}
+
+impl Noise {
+    fn factor(&mut self) -> f64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let u = (self.state >> 11) as f64 / (1u64 << 53) as f64;
+        (self.spread.ln() * (2.0 * u - 1.0)).exp()
+    }
 }
 
 impl BatchExecutor for Exec {
@@ -61,6 +80,9 @@ impl BatchExecutor for Exec {
             && ids.contains(&slow)
         {
             cost += extra;
+        }
+        if let Some(noise) = &self.noise {
+            cost = cost.mul_f64(noise.lock().unwrap().factor());
         }
         tokio::time::sleep(cost).await;
         if self.panic_id.is_some_and(|p| ids.contains(&p)) {
@@ -100,6 +122,7 @@ impl Harness {
                     origin,
                     slow_id: None,
                     panic_id: None,
+                    noise: None,
                 };
                 tweak(&mut e);
                 e
@@ -527,6 +550,8 @@ struct Load {
     base: Duration,
     per_row: Duration,
     total: Duration,
+    /// Each batch's cost is scaled by a factor in [1/spread, spread] (1.0: no noise).
+    exec_spread: f64,
 }
 
 impl Load {
@@ -538,6 +563,7 @@ impl Load {
             base: Duration::from_millis(4),
             per_row: Duration::from_micros(100),
             total: Duration::from_secs(20),
+            exec_spread: 1.0,
         }
     }
 }
@@ -569,6 +595,12 @@ async fn run_load(config: BatcherConfig, load: Load) -> Outcome {
     let h = Harness::with(config, 1, |e| {
         e.base = load.base;
         e.per_row = load.per_row;
+        if load.exec_spread > 1.0 {
+            e.noise = Some(Arc::new(Mutex::new(Noise {
+                state: 0x2545_F491_4F6C_DD1D,
+                spread: load.exec_spread,
+            })));
+        }
     });
     let batcher = h.batcher.clone();
     let start = Instant::now();
@@ -816,6 +848,35 @@ async fn adaptive_mode_keeps_an_open_loop_within_its_target() {
     eprintln!("adaptive (target {target:?}): {o:?}");
     assert!(o.p99 <= target, "p99 {:?} over the target {target:?}", o.p99);
     assert!(o.throughput >= 0.95 * 2000.0, "{:.0}/s", o.throughput);
+    assert_settled(&o);
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_mode_does_not_read_execution_noise_as_a_reason_to_wait_longer() {
+    // 48 callers, batches of up to 32, and every batch takes between a third and three times its
+    // nominal cost (a shared machine). Batches often wait for the instance, the slow ones for long:
+    // chasing those waits (the old rule) ratcheted the delay to its ceiling, half the target.
+    let load = Load {
+        exec_spread: 3.0,
+        ..Load::closed(48)
+    };
+    let target = Duration::from_millis(50);
+    let best = best_fixed(load, target).await;
+    let o = run_load(adaptive(target), load).await;
+    eprintln!("adaptive (target {target:?}): {o:?}");
+    assert!(o.p99 <= target, "p99 {:?} over the target {target:?}", o.p99);
+    assert!(
+        o.throughput >= 0.9 * best,
+        "adaptive {:.0}/s vs best fixed {best:.0}/s",
+        o.throughput
+    );
+    let hi = o.delays.iter().max().copied().unwrap_or_default();
+    assert!(
+        hi <= target / 4,
+        "the delay climbed to {hi:?} (ceiling {:?}): {:?}",
+        target / 2,
+        o.delays
+    );
     assert_settled(&o);
 }
 

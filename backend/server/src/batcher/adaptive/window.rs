@@ -57,8 +57,8 @@ pub(crate) struct Window {
     deadline_spans: Vec<Duration>,
     backlog_waits: Vec<Duration>,
     busy: Duration,
-    slowest_exec: Duration,
-    slowest_rows: usize,
+    /// Each batch's execution time and rows.
+    execs: Vec<(Duration, usize)>,
 }
 
 /// A complete window, summed up.
@@ -74,10 +74,13 @@ pub(crate) struct Summary {
     pub(crate) deadline_span_p90: Duration,
     /// Lower quartile of the waits of batches that waited for an instance.
     pub(crate) backlog_wait_p25: Duration,
-    /// The slowest batch's execution time and its rows.
-    pub(crate) slowest_exec: Duration,
-    /// Rows of the slowest batch (at least 1).
-    pub(crate) slowest_rows: usize,
+    /// Median batch execution time: what a batch typically costs, whatever a few slow ones did.
+    pub(crate) exec_p50: Duration,
+    /// 90th percentile of the batch execution times: the slow batches, without the one or two
+    /// outliers a noisy machine produces in any window (the single slowest batch is mostly noise).
+    pub(crate) slow_exec: Duration,
+    /// Rows of the batch at that percentile (at least 1).
+    pub(crate) slow_rows: usize,
 }
 
 /// The `q` quantile (0 < q ≤ 1) of `v`, which it sorts; zero when empty.
@@ -113,10 +116,7 @@ impl Window {
             Release::Deadline => self.deadline_spans.push(batch.span),
             Release::Backlog => self.backlog_waits.push(batch.oldest_wait),
         }
-        if batch.exec > self.slowest_exec {
-            self.slowest_exec = batch.exec;
-            self.slowest_rows = batch.rows.max(1);
-        }
+        self.execs.push((batch.exec, batch.rows.max(1)));
     }
 
     /// Whether the window holds at least `requests` latencies and `batches` batches.
@@ -146,14 +146,25 @@ impl Window {
         } else {
             Verdict::Deadline
         };
+        w.execs.sort_unstable();
+        let exec_at = |q: f64| {
+            let n = w.execs.len();
+            if n == 0 {
+                return (Duration::ZERO, 1);
+            }
+            w.execs[((n as f64 * q).ceil() as usize).clamp(1, n) - 1]
+        };
+        let (exec_p50, _) = exec_at(0.5);
+        let (slow_exec, slow_rows) = exec_at(0.9);
         Summary {
             p99,
             verdict,
             utilisation,
             deadline_span_p90: quantile(&mut w.deadline_spans, 0.9),
             backlog_wait_p25: quantile(&mut w.backlog_waits, 0.25),
-            slowest_exec: w.slowest_exec,
-            slowest_rows: w.slowest_rows.max(1),
+            exec_p50,
+            slow_exec,
+            slow_rows: slow_rows.max(1),
         }
     }
 }
