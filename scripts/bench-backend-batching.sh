@@ -13,9 +13,9 @@
 # Every model config is measured once per round, rounds one after another; the table gives the median
 # over rounds (a shared machine is noisy: a single window can be off by a third). rows/exec is the mean
 # batch size the server executed (perf_analyzer's server-side statistics). The server runs in explicit
-# model-control mode and holds one config at a time (load, unmeasured settling load, measure, unload): a
-# batched config keeps one engine plan per batch size (32 x 96 MiB of folded weights), all built at load
-# by a warmup of every size.
+# model-control mode and holds one config at a time (load, unmeasured settling load, measure, unload), so
+# configs do not compete for memory or cache; a batched config keeps one engine plan per batch size (the plans
+# share one copy of the weights), all built at load by a warmup of every size.
 # Env: BENCH_PORT_BASE (29000: uses +0..+2), BENCH_WINDOW_MS (3000), BENCH_SETTLE_MS (unmeasured load
 #      after each load, 5000), BENCH_CONCURRENCY (32),
 #      BENCH_ROUNDS (3), BENCH_P99_TARGET_US (adaptive target, 200000),
