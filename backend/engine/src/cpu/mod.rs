@@ -300,6 +300,7 @@ impl Inner {
                 .collect::<Option<Vec<_>>>()
             && let Ok(one) = self.model.specialise_for(&first)
             && split::same_but_batch(&graph, &one)
+            && split::split_pays(&one)
         {
             tracing::debug!(batch = n, "cpu plan: samples run apart");
             return Ok(CpuPlan::split(

@@ -12,8 +12,29 @@
 //!   the full plan with the batch dim set to 1: same nodes and attributes, same shapes elsewhere,
 //!   identical constants (so nothing folded at specialisation depends on the batch size).
 
-use crate::ir::{ConcreteGraph, CoordTransform, Op, ResizeMode};
+use crate::ir::{ConcreteGraph, CoordTransform, Op, ResizeMode, ValueId};
 use crate::tensor::{DataType, Tensor};
+
+/// Weights up to this size are taken to stay in the last-level cache (32 MiB on the machines we
+/// measure on; server parts have as much or more), so re-reading them once per sample is cheap.
+const CACHED_WEIGHT_BYTES: usize = 32 << 20;
+
+/// Whether running the samples apart on `one` (the one-sample plan) pays: each sub-run reads every
+/// weight again, so splitting wins only where one sample's activations are what overflow the caches.
+/// When the weights are both larger than the last-level cache and larger than one sample's
+/// activations (an MLP with large dense layers), every sub-run would stream them from memory again —
+/// exactly the cost batching exists to amortise — and the batch runs whole.
+pub(crate) fn split_pays(one: &ConcreteGraph) -> bool {
+    let weights: usize = one.constants.values().map(|t| t.data.len()).sum();
+    let activations: usize = one
+        .values
+        .iter()
+        .enumerate()
+        .filter(|(id, _)| !one.constants.contains_key(&ValueId(*id)))
+        .map(|(_, v)| v.dtype.size().unwrap_or(8) * v.len())
+        .sum();
+    weights <= CACHED_WEIGHT_BYTES || weights <= activations
+}
 
 /// The batch size `n` when `g` can run as `n` independent one-sample runs: every input and output
 /// has `n` (≥ 2) as its first dim and every node keeps the samples apart. `None` otherwise.

@@ -264,3 +264,42 @@ fn weights_live_only_as_long_as_a_plan_holds_them() {
     exec.inner.plans.lock().unwrap().clear();
     assert_eq!(exec.inner.weights.live(), (0, 0), "no plan left, no weights kept");
 }
+
+#[test]
+fn batches_split_only_when_the_weights_are_not_what_overflows_the_cache() {
+    // small weights, large per-sample activations: one-sample runs
+    let cnn = executor(&small_cnn(), 4);
+    assert!(
+        cnn.inner
+            .plan(&[input(vec![4, 3, 8, 8])])
+            .unwrap()
+            .split
+            .is_some()
+    );
+
+    // 36 MiB of weights against a few KiB of activations per sample: splitting would read the
+    // weights once per sample, so the batch runs whole — and computes the same as one sample at a time
+    let (k, n) = (1024, 9216);
+    let wide = model(
+        vec![
+            node("MatMul", &["x", "w"], "h", vec![]),
+            node("Relu", &["h"], "y", vec![]),
+        ],
+        &[-1, k as i64],
+        &[-1, n as i64],
+        vec![init("w", &[k as i64, n as i64], &ramp(k * n, 7, 31))],
+    );
+    let exec = executor(&wide, 4);
+    let x = input(vec![3, k]);
+    let plan = exec.inner.plan(std::slice::from_ref(&x)).unwrap();
+    assert!(plan.split.is_none(), "a weight-bound batch must run whole");
+    let whole = exec.run_blocking(vec![x.clone()]).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap();
+    let rows = x.to_vec::<f32>().unwrap();
+    for (i, row) in rows.chunks(k).enumerate() {
+        let one = Tensor::from_vec(vec![1, k], row.to_vec()).unwrap();
+        let want = exec.run_blocking(vec![one]).unwrap()[0].to_vec::<f32>().unwrap();
+        assert_close(&whole[i * n..(i + 1) * n], &want, &format!("sample {i}"));
+    }
+}
