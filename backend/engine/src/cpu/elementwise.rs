@@ -9,7 +9,8 @@ use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::tensor::DataType;
 
-const PAR_MIN: usize = 1 << 15;
+/// Element-wise results of at least this many elements are computed over the pool's threads.
+pub(crate) const PAR_MIN: usize = 1 << 15;
 
 /// f32 form of a unary function (the hot path).
 #[inline]

@@ -11,6 +11,7 @@ mod epilogue;
 mod exec;
 mod fastmath;
 mod gemm;
+mod inline;
 mod matmul;
 mod mm;
 mod movement;
@@ -88,6 +89,8 @@ struct CpuPlan {
     /// The batch size and the one-sample plan when the batch runs as one-sample runs
     /// ([`split`]); the plan's own constants and weights are then left empty.
     split: Option<(usize, Arc<CpuPlan>)>,
+    /// Runs on the caller's thread rather than the pool ([`inline`]).
+    on_caller: bool,
 }
 
 impl CpuPlan {
@@ -103,6 +106,7 @@ impl CpuPlan {
             .map(|node| prepare(&graph, &consts, weights, node))
             .collect::<Result<_>>()?;
         Ok(CpuPlan {
+            on_caller: inline::runs_on_caller(&graph),
             graph,
             consts,
             last_use,
@@ -119,6 +123,7 @@ impl CpuPlan {
             last_use: Vec::new(),
             prepared: Vec::new(),
             split: Some((n, one)),
+            on_caller: false,
         }
     }
 }
@@ -230,9 +235,14 @@ impl CpuExecutor {
         })
     }
 
-    /// Run with inputs in signature order, on the executor's threads, without blocking the caller's
-    /// async runtime.
+    /// Run with inputs in signature order without blocking the caller's async runtime: on the
+    /// executor's threads, or right here for a built plan that takes microseconds ([`inline`]).
     pub async fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if let Some(plan) = self.inner.cached_plan(&inputs)?
+            && plan.on_caller
+        {
+            return self.inner.run_plan(&plan, &inputs);
+        }
         let (tx, rx) = futures::channel::oneshot::channel();
         let inner = self.inner.clone();
         self.inner.pool.spawn(move || {
@@ -255,26 +265,41 @@ impl CpuExecutor {
 }
 
 impl Inner {
-    fn plan(&self, inputs: &[Tensor]) -> Result<Arc<CpuPlan>> {
-        let key: PlanKey = (
+    /// The cache key of a plan for `inputs`: their shapes, and the values of host inputs.
+    fn plan_key(&self, inputs: &[Tensor]) -> PlanKey {
+        (
             inputs.iter().map(|t| t.shape.clone()).collect(),
             self.model
                 .host_inputs()
                 .iter()
                 .filter_map(|&i| inputs.get(i).cloned())
                 .collect(),
-        );
-        {
-            let mut plans = self
-                .plans
-                .lock()
-                .map_err(|_| EngineError::internal("plan cache poisoned"))?;
-            if let Some(pos) = plans.iter().position(|(k, _)| *k == key) {
-                let e = plans.remove(pos);
-                let p = e.1.clone();
-                plans.push(e);
-                return Ok(p);
-            }
+        )
+    }
+
+    /// The cached plan for `key`, marked most recently used; `None` when it is not built yet.
+    fn lookup(&self, key: &PlanKey) -> Result<Option<Arc<CpuPlan>>> {
+        let mut plans = self
+            .plans
+            .lock()
+            .map_err(|_| EngineError::internal("plan cache poisoned"))?;
+        Ok(plans.iter().position(|(k, _)| k == key).map(|pos| {
+            let e = plans.remove(pos);
+            let p = e.1.clone();
+            plans.push(e);
+            p
+        }))
+    }
+
+    /// The plan for `inputs` if it is built already (never builds one).
+    fn cached_plan(&self, inputs: &[Tensor]) -> Result<Option<Arc<CpuPlan>>> {
+        self.lookup(&self.plan_key(inputs))
+    }
+
+    fn plan(&self, inputs: &[Tensor]) -> Result<Arc<CpuPlan>> {
+        let key = self.plan_key(inputs);
+        if let Some(p) = self.lookup(&key)? {
+            return Ok(p);
         }
         let plan = Arc::new(self.build(self.model.specialise_for(inputs)?, inputs)?);
         let mut plans = self
@@ -292,7 +317,9 @@ impl Inner {
     /// keeps the samples apart and the one-sample plan is this one with batch 1
     /// ([`split::batch_axis`], [`split::same_but_batch`]); otherwise run as a whole.
     fn build(&self, graph: ConcreteGraph, inputs: &[Tensor]) -> Result<CpuPlan> {
-        if let Some(n) = split::batch_axis(&graph)
+        // A plan small enough for the caller's thread is also too small to gain from splitting.
+        if !inline::runs_on_caller(&graph)
+            && let Some(n) = split::batch_axis(&graph)
             && self.model.host_inputs().is_empty()
             && let Some(first) = inputs
                 .iter()
@@ -314,9 +341,13 @@ impl Inner {
 
     fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let plan = self.plan(&inputs)?;
+        self.run_plan(&plan, &inputs)
+    }
+
+    fn run_plan(&self, plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         match &plan.split {
-            Some((n, one)) => run_split(one, &inputs, *n),
-            None => execute(&plan, &inputs),
+            Some((n, one)) => run_split(one, inputs, *n),
+            None => execute(plan, inputs),
         }
     }
 }

@@ -6,6 +6,9 @@ use rayon::prelude::*;
 use crate::error::{EngineError, Result};
 use crate::ir::{CoordTransform, NearestMode, PadMode, ResizeMode};
 
+/// Gathers of at least this many elements are split over the pool's threads.
+pub(crate) const PAR_MIN: usize = 1 << 15;
+
 /// Row-major strides of a shape.
 pub(crate) fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut st = vec![1; shape.len()];
@@ -57,7 +60,7 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
     if inner == 0 {
         return res;
     }
-    if n >= 1 << 15 {
+    if n >= PAR_MIN {
         let per = ((1 << 13) / inner).max(1);
         res.par_chunks_mut(per * inner)
             .enumerate()

@@ -303,3 +303,98 @@ fn batches_split_only_when_the_weights_are_not_what_overflows_the_cache() {
         assert_close(&whole[i * n..(i + 1) * n], &want, &format!("sample {i}"));
     }
 }
+
+/// `y = x + x`: a plan that only adds a few elements.
+fn doubling() -> Arc<Model> {
+    model(
+        vec![node("Add", &["x", "x"], "y", vec![])],
+        &[-1, 16],
+        &[-1, 16],
+        vec![],
+    )
+}
+
+fn one_thread_executor(model: &Arc<Model>) -> CpuExecutor {
+    let options = SessionOptions {
+        threads: Some(1),
+        ..SessionOptions::default()
+    };
+    CpuExecutor::new(model.clone(), &options).unwrap()
+}
+
+/// Runs `inputs` on a thread of its own; the receiver gets the outputs when the run ends.
+fn run_in_background(
+    exec: &Arc<CpuExecutor>,
+    inputs: Vec<Tensor>,
+) -> std::sync::mpsc::Receiver<Result<Vec<Tensor>>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let exec = exec.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(futures::executor::block_on(exec.run(inputs)));
+    });
+    rx
+}
+
+#[test]
+fn tiny_plans_run_on_the_callers_thread_and_real_work_waits_for_the_pool() {
+    let tiny = Arc::new(one_thread_executor(&doubling()));
+    let heavy = Arc::new(one_thread_executor(&two_matmuls_softmax(
+        &two_weights().0,
+        &two_weights().1,
+    )));
+    let x = input(vec![4, 16]);
+    // The first runs build the plans, on the pool.
+    futures::executor::block_on(tiny.run(vec![x.clone()])).unwrap();
+    futures::executor::block_on(heavy.run(vec![x.clone()])).unwrap();
+
+    // Keep both pools' only thread busy until released.
+    let mut releases = Vec::new();
+    for exec in [&tiny, &heavy] {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        exec.inner.pool.spawn(move || {
+            let _ = wait.recv();
+        });
+        releases.push(release);
+    }
+    let tiny_run = run_in_background(&tiny, vec![x.clone()]);
+    let heavy_run = run_in_background(&heavy, vec![x.clone()]);
+    let tiny_out = tiny_run.recv_timeout(std::time::Duration::from_secs(10));
+    let heavy_early = heavy_run.recv_timeout(std::time::Duration::from_millis(300));
+    drop(releases);
+    let tiny_out = tiny_out.expect("a tiny plan waited for the busy pool").unwrap();
+    assert!(
+        heavy_early.is_err(),
+        "a plan with matrix products ran outside the pool"
+    );
+    heavy_run
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap()
+        .unwrap();
+
+    let want: Vec<f32> = x.to_vec::<f32>().unwrap().iter().map(|v| v + v).collect();
+    assert_close(&tiny_out[0].to_vec::<f32>().unwrap(), &want, "x + x");
+}
+
+#[test]
+fn only_small_element_wise_plans_run_on_the_caller_and_they_are_not_split() {
+    let tiny = one_thread_executor(&doubling());
+    let small = tiny.inner.plan(&[input(vec![8, 16])]).unwrap();
+    assert!(small.on_caller);
+    assert!(
+        small.split.is_none(),
+        "a batch of 8 x 16 values was split into one-sample runs"
+    );
+    let large = tiny
+        .inner
+        .plan(&[input(vec![inline::MAX_ELEMENTS / 16 + 1, 16])])
+        .unwrap();
+    assert!(
+        !large.on_caller,
+        "a plan over {} elements ran on the caller",
+        inline::MAX_ELEMENTS
+    );
+
+    let (w1, w2) = two_weights();
+    let matmuls = one_thread_executor(&two_matmuls_softmax(&w1, &w2));
+    assert!(!matmuls.inner.plan(&[input(vec![2, 16])]).unwrap().on_caller);
+}
