@@ -472,7 +472,12 @@ impl HttpBody for H2Body {
             match ready!(this.recv.poll_data(cx)) {
                 Some(Ok(data)) => {
                     let _ = this.recv.flow_control().release_capacity(data.len());
-                    if let Some(open) = &this.open {
+                    // Reads keep pings away while a body streams in. The frame that ends the body needs no
+                    // clock read: the stream is over, and the response head touched the connection already
+                    // (at worst a ping goes out a little earlier than it had to).
+                    if let Some(open) = &this.open
+                        && !this.recv.is_end_stream()
+                    {
                         open.0.touch();
                     }
                     if let Some(r) = &mut this.remaining {
