@@ -4,7 +4,6 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
-
 use http::header::{
     CONNECTION, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
     TRANSFER_ENCODING, UPGRADE,
