@@ -10,7 +10,8 @@
 #
 # Columns: max req/s (best-effort load, BENCH_CLIENTS keep-alive connections, median of BENCH_REPEAT runs taken
 # in turn across the targets so background load hits them alike) and the proxy's CPU time per request meanwhile
-# (user + system, all its processes, from /proc); p99 latency at a fixed rate of half the best
+# (user + system, all its processes, from /proc), and the upstream's (shared by all targets: how much of the
+# machine each target's way of talking to it costs; for "direct", the upstream serving h2load itself); p99 latency at a fixed rate of half the best
 # peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
 # (user + system, all its processes, from /proc); p50 latency at 200 req/s over one connection and what the
 # proxy adds to it over going direct; RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
@@ -47,7 +48,7 @@ tree() { echo "$1"; pgrep -P "$1" || true; }
 sum_status() { local k=0; for p in $(tree "$1"); do k=$((k + $(awk -v f="$2:" '$1 == f {print $2}' "/proc/$p/status"))); done; echo "$k"; }
 cpu_ticks() { local t=0; for p in $(tree "$1"); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 
-"$bin/infergate-bench-upstream" "127.0.0.1:$UP" & pids+=($!); wait_port $UP
+"$bin/infergate-bench-upstream" "127.0.0.1:$UP" & UPSTREAM=$!; pids+=($!); wait_port $UP
 
 declare -A PORT=([direct]=$UP) PID LABEL=([direct]="direct to upstream")
 TARGETS=(direct)
@@ -138,21 +139,28 @@ load() { # label h2load-args...
 }
 
 # Throughput: as fast as each target goes with $CLIENTS keep-alive connections, the targets taken in turn; also
-# the target's CPU time per request while saturated (it includes the warm-up second, so it is approximate).
-declare -A RUNS SATCPU
+# the target's and the upstream's CPU time per request while saturated (they include the warm-up second, so they
+# are approximate).
+declare -A RUNS SATCPU UPCPU
+per_req() { awk -v d="$1" -v n="$2" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}'; }
 for _ in $(seq 1 "$REPEAT"); do
   for t in "${TARGETS[@]}"; do
     before=0; [ "$t" = direct ] || before=$(cpu_ticks "${PID[$t]}")
+    up_before=$(cpu_ticks "$UPSTREAM")
     read -r ok secs < <(load "$t" -c "$CLIENTS" -t "$THREADS" -D "$DURATION" --warm-up-time=1s "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
+    up_after=$(cpu_ticks "$UPSTREAM")
     RUNS[$t]+="$(awk -v n="$ok" -v s="$secs" 'BEGIN {printf "%d", n / s}') "
-    if [ "$t" != direct ] && [ "$ok" -gt 0 ]; then
-      SATCPU[$t]+="$(awk -v d=$(( $(cpu_ticks "${PID[$t]}") - before )) -v n="$ok" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}') "
+    if [ "$ok" -gt 0 ]; then
+      UPCPU[$t]+="$(per_req $(( up_after - up_before )) "$ok") "
+      [ "$t" = direct ] || SATCPU[$t]+="$(per_req $(( $(cpu_ticks "${PID[$t]}") - before )) "$ok") "
     fi
   done
 done
 median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR + 1) / 2)]; else print "-"}'; }
-declare -A RPS SAT
-for t in "${TARGETS[@]}"; do RPS[$t]=$(median "${RUNS[$t]}"); SAT[$t]=$(median "${SATCPU[$t]:-}"); done
+declare -A RPS SAT UPSAT
+for t in "${TARGETS[@]}"; do
+  RPS[$t]=$(median "${RUNS[$t]}"); SAT[$t]=$(median "${SATCPU[$t]:-}"); UPSAT[$t]=$(median "${UPCPU[$t]:-}")
+done
 
 # Latency percentile (µs) at a fixed total rate; h2load's per-request log has the duration in µs in column 3.
 # Prints "percentile cpu_µs_per_request" (the target's CPU time per request at that rate; "-" for direct).
@@ -180,13 +188,13 @@ declare -A HWM
 for t in "${TARGETS[@]}"; do [ "$t" = direct ] || HWM[$t]=$(sum_status "${PID[$t]}" VmHWM); done
 
 echo
-echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | p99 µs at ½ best peer (rate) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn | added p50 µs | RSS idle MB | RSS peak MB |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn | added p50 µs | RSS idle MB | RSS peak MB |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for t in "${TARGETS[@]}"; do
   added=$(( P50[$t] - P50[direct] ))
   if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; else
     idle=$(awk -v k="${IDLE[$t]}" 'BEGIN {printf "%.1f", k/1024}'); peak=$(awk -v k="${HWM[$t]}" 'BEGIN {printf "%.1f", k/1024}'); fi
-  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | $idle | $peak |"
+  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${UPSAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | $idle | $peak |"
 done
 # Background load moves between rounds far more than the targets differ, so also compare within each round:
 # the gateway's req/s over the better peer's at the same worker count, run next to each other.

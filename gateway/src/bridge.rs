@@ -2,6 +2,7 @@
 //! (HTTP/2 with `:scheme`/`:authority`, or HTTP/1.1 with origin-form target and `Host`), and the response
 //! comes back in a form the caller's connection can carry.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 
 use http::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
@@ -23,15 +24,30 @@ pub fn is_grpc(headers: &HeaderMap) -> bool {
         })
 }
 
+thread_local! {
+    /// The last `Host` value parsed on this thread and its authority. A data worker is one thread, and its
+    /// callers name the same few hosts over and over: comparing a few bytes and cloning the parsed value
+    /// (a reference count) is cheaper than parsing, copying and allocating it again for every request.
+    static LAST_HOST: RefCell<Option<(HeaderValue, Authority)>> = const { RefCell::new(None) };
+}
+
 /// The authority the caller addressed: the URI's (HTTP/2 `:authority`, absolute-form HTTP/1.1) or `Host`.
 pub fn request_authority<B>(req: &Request<B>) -> Option<Authority> {
     if let Some(a) = req.uri().authority() {
         return Some(a.clone());
     }
-    req.headers()
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.parse::<Authority>().ok())
+    let host = req.headers().get(HOST)?;
+    LAST_HOST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((value, authority)) = &*last
+            && value.as_bytes() == host.as_bytes()
+        {
+            return Some(authority.clone());
+        }
+        let authority = host.to_str().ok()?.parse::<Authority>().ok()?;
+        *last = Some((host.clone(), authority.clone()));
+        Some(authority)
+    })
 }
 
 /// Rewrites a request for one try to an upstream speaking `protocol` at `addr`. The caller's authority is
@@ -57,7 +73,7 @@ pub fn to_upstream(
                 } else {
                     Scheme::HTTP
                 })
-                .path_and_query(path.clone());
+                .path_and_query(path);
             if let Some(a) = &authority {
                 b = b.authority(a.clone());
             }
@@ -129,6 +145,25 @@ mod tests {
         assert_eq!(r.version(), Version::HTTP_11);
         assert_eq!(r.uri().to_string(), "/v2");
         assert_eq!(r.headers()[HOST], "api.example");
+    }
+
+    #[test]
+    fn each_request_gets_the_authority_of_its_own_host_header() {
+        let addr = "127.0.0.1:9000".parse().unwrap();
+        for host in ["a.example:8080", "a.example:8080", "b.example", "a.example:8080"] {
+            let r = to_upstream(req("/x", Some(host)), UpstreamProtocol::Http2, addr, None);
+            assert_eq!(r.uri().to_string(), format!("http://{host}/x"));
+        }
+        // An unparsable Host falls back to the endpoint, and does not replace the remembered one.
+        let r = to_upstream(req("/x", Some("bad host")), UpstreamProtocol::Http2, addr, None);
+        assert_eq!(r.uri().to_string(), "http://127.0.0.1:9000/x");
+        let r = to_upstream(
+            req("/x", Some("a.example:8080")),
+            UpstreamProtocol::Http2,
+            addr,
+            None,
+        );
+        assert_eq!(r.uri().to_string(), "http://a.example:8080/x");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 
+use bytes::Bytes;
 use http::header::{
     CONNECTION, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
     TRANSFER_ENCODING, UPGRADE,
@@ -127,8 +128,10 @@ fn request_id(id: u128) -> HeaderValue {
     for (i, b) in text.iter_mut().enumerate() {
         *b = HEX[((id >> (124 - 4 * i)) & 0xf) as usize];
     }
-    // Hex digits are always a valid header value.
-    HeaderValue::from_bytes(&text).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    // The buffer owns the digits in place: one allocation, and the clone echoed in the response shares it
+    // (a copy into a plain buffer would allocate again on that first clone). Hex digits are always a valid
+    // header value.
+    HeaderValue::from_maybe_shared(Bytes::from_owner(text)).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// The `x-forwarded-for` value of a connection's peer, built once per connection.

@@ -25,6 +25,7 @@ pub mod split;
 pub mod timeout;
 pub mod tls;
 pub mod upstream;
+mod wake_gate;
 mod worker;
 
 pub use proxy::{Body, BoxError};

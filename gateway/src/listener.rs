@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::metrics as m;
 use crate::proxy::Body;
 use crate::tls::PeerIdentity;
+use crate::wake_gate::WakeGate;
 
 /// Per-connection limits of the data listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -422,13 +423,14 @@ impl ConnSetup {
         }
         loop {
             let deadline = activity.deadline(&limits);
-            let idle = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    // Requests in flight: look again a little later.
-                    None => tokio::time::sleep(limits.idle_timeout).await,
-                }
-            };
+            // Both are gated: the task wakes for every read and write of the connection, and these two
+            // need polling only when they signal.
+            let idle = WakeGate::new(Box::pin(match deadline {
+                Some(d) => tokio::time::sleep_until(d),
+                // Requests in flight: look again a little later.
+                None => tokio::time::sleep(limits.idle_timeout),
+            }));
+            let shutdown_signal = WakeGate::new(Box::pin(signalled(&mut shutdown)));
             tokio::select! {
                 r = conn.as_mut() => {
                     if let Err(e) = r {
@@ -437,7 +439,7 @@ impl ConnSetup {
                     drop(guard);
                     return;
                 }
-                _ = signalled(&mut shutdown), if !closing => {
+                _ = shutdown_signal, if !closing => {
                     closing = true;
                     conn.as_mut().graceful_shutdown();
                 }

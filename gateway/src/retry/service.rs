@@ -186,7 +186,9 @@ where
     R: Body<Data = Bytes> + Unpin,
     R::Error: Into<BoxError>,
 {
-    budget.deposit(Instant::now());
+    // One clock read serves the budget, the first try's deadline arithmetic and its timer.
+    let arrived = Instant::now();
+    budget.deposit(arrived);
     let (parts, body) = req.into_parts();
     // The head is cloned for a try that may be followed by another; the last possible try takes it.
     let mut parts = Some(parts);
@@ -198,7 +200,7 @@ where
     let mut deadline_cut = false;
     loop {
         info.tries += 1;
-        let now = Instant::now();
+        let now = if info.tries == 1 { arrived } else { Instant::now() };
         let remaining = deadline.map(|d| d.saturating_duration_since(now));
         if remaining == Some(Duration::ZERO) {
             return Err(RetryError::DeadlineExceeded { info });
@@ -232,7 +234,7 @@ where
             svc.call(req).await
         };
         let result = match try_limit {
-            Some(t) => tokio::time::timeout(t, call).await.ok(),
+            Some(t) => tokio::time::timeout_at(now + t, call).await.ok(),
             None => Some(call.await),
         };
         let (reason, outcome): (Option<&'static str>, Outcome<R, S::Error>) = match result {

@@ -28,8 +28,11 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::error::{FailureKind, UpstreamError};
-use crate::headers::strip_hop_by_hop;
+use crate::headers::{REQUEST_ID, strip_hop_by_hop};
 use crate::proxy::Body;
+
+#[cfg(test)]
+mod tests;
 
 /// hyper's HTTP/2 client defaults, kept: 2 MiB per stream and 5 MiB per connection of receive window
 /// (fixed, no BDP probing: the upstream is a sidecar hop away), 16 KiB frames and header lists, 1 MiB
@@ -61,6 +64,8 @@ struct ConnState {
     timed_out: AtomicBool,
     /// Streams sent and not yet finished (keep-alive pings only while some are).
     open_streams: AtomicUsize,
+    /// A request has been sent on the connection (see [`index_request_id_name`]).
+    sent_any: AtomicBool,
     /// When the connection was made, and nanoseconds from then to the last frame read for a request.
     born: Instant,
     last_read: AtomicU64,
@@ -99,6 +104,7 @@ impl H2Conn {
             closed: AtomicBool::new(false),
             timed_out: AtomicBool::new(false),
             open_streams: AtomicUsize::new(0),
+            sent_any: AtomicBool::new(false),
             born: Instant::now(),
             last_read: AtomicU64::new(0),
         });
@@ -133,6 +139,9 @@ impl H2Conn {
         let (parts, body) = req.into_parts();
         let mut head = Request::from_parts(parts, ());
         prepare_head(&mut head, &body);
+        if !self.state.sent_any.swap(true, Ordering::Relaxed) {
+            index_request_id_name(head.headers_mut());
+        }
         let eos = body.is_end_stream();
         let (response, stream) = match tx.send_request(head, eos) {
             Ok(pair) => pair,
@@ -219,6 +228,18 @@ fn prepare_head(head: &mut Request<()>, body: &Body) {
         && !head.headers().contains_key(CONTENT_LENGTH)
     {
         head.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));
+    }
+}
+
+/// Lets the `x-request-id` of a connection's first request enter its HPACK table, so that the name is there
+/// to be referred to. Request ids are otherwise sent never-indexed (a value unique to one request would only
+/// evict useful entries), and `h2` then writes a never-indexed literal that reuses the name in the table:
+/// without it every request spells the name out and the upstream decodes and allocates it again. Once only:
+/// `h2` compares a never-indexed value with every entry of that name, so more seeds would cost each request
+/// more. Should other headers push the entry out, the name is spelled out again, as before.
+fn index_request_id_name(headers: &mut HeaderMap) {
+    if let Some(v) = headers.get_mut(&REQUEST_ID) {
+        v.set_sensitive(false);
     }
 }
 
@@ -451,7 +472,12 @@ impl HttpBody for H2Body {
             match ready!(this.recv.poll_data(cx)) {
                 Some(Ok(data)) => {
                     let _ = this.recv.flow_control().release_capacity(data.len());
-                    if let Some(open) = &this.open {
+                    // Reads keep pings away while a body streams in. The frame that ends the body needs no
+                    // clock read: the stream is over, and the response head touched the connection already
+                    // (at worst a ping goes out a little earlier than it had to).
+                    if let Some(open) = &this.open
+                        && !this.recv.is_end_stream()
+                    {
                         open.0.touch();
                     }
                     if let Some(r) = &mut this.remaining {
