@@ -14,7 +14,8 @@
 # machine each target's way of talking to it costs; for "direct", the upstream serving h2load itself); p99 latency at a fixed rate of half the best
 # peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
 # (user + system, all its processes, from /proc); p50 latency at 200 req/s over one connection and what the
-# proxy adds to it over going direct; RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
+# proxy adds to it over going direct (both latencies: medians of BENCH_LAT_REPEAT rounds, default 3, taken in
+# turn across the targets); RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
 #
 # BENCH_BASELINE=DIR adds rows for the gateway binary in DIR (an earlier commit's release build), run next to
 # this one with the same routes file, so a change is measured within the same rounds.
@@ -31,6 +32,7 @@ DURATION="${BENCH_DURATION:-10s}"
 CLIENTS="${BENCH_CLIENTS:-64}"
 THREADS="${BENCH_THREADS:-1}"
 REPEAT="${BENCH_REPEAT:-3}"
+LAT_REPEAT="${BENCH_LAT_REPEAT:-3}"
 WORKERS="${BENCH_WORKERS:-1 2}"
 BASELINE="${BENCH_BASELINE:-}"
 [ -z "$BASELINE" ] || [ -x "$BASELINE/infergate-gateway" ] || { echo "bench-gateway: $BASELINE/infergate-gateway is missing" >&2; exit 1; }
@@ -164,9 +166,12 @@ done
 
 # Latency percentile (µs) at a fixed total rate; h2load's per-request log has the duration in µs in column 3.
 # Prints "percentile cpu_µs_per_request" (the target's CPU time per request at that rate; "-" for direct).
+# h2load appends to an existing log file, so each run starts from an empty one: otherwise a percentile would
+# be taken over every earlier run of every target (before commit "fix(bench): …log per latency run" it was).
 pct_at_rate() { # target rate clients percentile
   local t=$1 per=$(( $2 / $3 )) cpu="-"; [ "$per" -ge 1 ] || per=1
   local before=0; [ "$t" = direct ] || before=$(cpu_ticks "${PID[$t]}")
+  rm -f "$tmp/lat.log"
   read -r ok _ < <(load "$t" -c "$3" -t 1 --rps "$per" -D "$DURATION" --log-file "$tmp/lat.log" "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
   if [ "$t" != direct ] && [ "$ok" -gt 0 ]; then
     cpu=$(awk -v d=$(( $(cpu_ticks "${PID[$t]}") - before )) -v n="$ok" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}')
@@ -180,15 +185,22 @@ for w in $WORKERS; do
   HALF[gw$w]=$(( best / 2 )) HALF[nginx$w]=$(( best / 2 )) HALF[haproxy$w]=$(( best / 2 )) HALF[base$w]=$(( best / 2 ))
 done
 HALF[direct]=${HALF[gw${WORKERS%% *}]}
+# Latency rounds taken in turn over the targets, as for throughput; the table gives the medians.
+declare -A P99S P50S CPUS
+for _ in $(seq 1 "$LAT_REPEAT"); do
+  for t in "${TARGETS[@]}"; do
+    read -r p c < <(pct_at_rate "$t" "${HALF[$t]}" 16 99); P99S[$t]+="$p "; [ "$c" = - ] || CPUS[$t]+="$c "
+    read -r p _ < <(pct_at_rate "$t" 200 1 50); P50S[$t]+="$p "
+  done
+done
 for t in "${TARGETS[@]}"; do
-  read -r P99[$t] CPU[$t] < <(pct_at_rate "$t" "${HALF[$t]}" 16 99)
-  read -r P50[$t] _ < <(pct_at_rate "$t" 200 1 50)
+  P99[$t]=$(median "${P99S[$t]}"); P50[$t]=$(median "${P50S[$t]}"); CPU[$t]=$(median "${CPUS[$t]:-}")
 done
 declare -A HWM
 for t in "${TARGETS[@]}"; do [ "$t" = direct ] || HWM[$t]=$(sum_status "${PID[$t]}" VmHWM); done
 
 echo
-echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn | added p50 µs | RSS idle MB | RSS peak MB |"
+echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | RSS idle MB | RSS peak MB |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for t in "${TARGETS[@]}"; do
   added=$(( P50[$t] - P50[direct] ))
