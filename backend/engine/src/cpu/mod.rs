@@ -238,15 +238,20 @@ impl CpuExecutor {
     /// Run with inputs in signature order without blocking the caller's async runtime: on the
     /// executor's threads, or right here for a built plan that takes microseconds ([`inline`]).
     pub async fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        if let Some(plan) = self.inner.cached_plan(&inputs)?
+        let cached = self.inner.cached_plan(&inputs)?;
+        if let Some(plan) = &cached
             && plan.on_caller
         {
-            return self.inner.run_plan(&plan, &inputs);
+            return self.inner.run_plan(plan, &inputs);
         }
         let (tx, rx) = futures::channel::oneshot::channel();
         let inner = self.inner.clone();
         self.inner.pool.spawn(move || {
-            let _ = tx.send(inner.run(inputs));
+            let result = match cached {
+                Some(plan) => inner.run_plan(&plan, &inputs),
+                None => inner.run(inputs),
+            };
+            let _ = tx.send(result);
         });
         rx.await
             .map_err(|_| EngineError::internal("the CPU worker stopped before answering"))?
