@@ -9,9 +9,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use infergate_engine::onnx::{decode_tensor, proto::TensorProto};
 use infergate_engine::{Dim, ExecutorKind, Model, Session, SessionOptions, Tensor};
-use prost::Message;
+
+use support::conformance::read_pb;
 
 const BATCHES: [usize; 3] = [1, 3, 16];
 const BENCH_BATCHES: [usize; 2] = [1, 16];
@@ -19,34 +19,13 @@ const BENCH_BATCHES: [usize; 2] = [1, 16];
 /// Generate the models and onnxruntime's outputs once per test binary.
 fn models_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| export("engine-models", "ci", "1,3,16"))
+    DIR.get_or_init(|| support::python::export_models("engine-models", "ci", "1,3,16"))
 }
 
 /// The benchmark-size models (`--size bench`, as `scripts/bench-engine.sh` runs them).
 fn bench_models_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| export("engine-models-bench", "bench", "1,16"))
-}
-
-fn export(folder: &str, size: &str, batches: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(folder);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/export_models.py");
-    let status = std::process::Command::new(support::python::python())
-        .arg(&script)
-        .arg(&dir)
-        .args(["--size", size, "--reference", batches])
-        .status()
-        .expect("start python");
-    assert!(
-        status.success(),
-        "export_models.py failed (run `make venv` for onnx/onnxruntime)"
-    );
-    dir
-}
-
-fn read_pb(p: &Path) -> Tensor {
-    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    decode_tensor(&TensorProto::decode(bytes.as_slice()).unwrap(), None, "pb").unwrap()
+    DIR.get_or_init(|| support::python::export_models("engine-models-bench", "bench", "1,16"))
 }
 
 fn check_model(name: &str, dynamic_inputs: &[(&str, &[bool])]) {
@@ -88,13 +67,18 @@ fn check_model_in(dir: &Path, batches: &[usize], name: &str, dynamic_inputs: &[(
             .inputs
             .iter()
             .enumerate()
-            .map(|(i, s)| (s.name.clone(), read_pb(&set.join(format!("input_{i}.pb")))))
+            .map(|(i, s)| {
+                (
+                    s.name.clone(),
+                    read_pb(&set.join(format!("input_{i}.pb"))).unwrap(),
+                )
+            })
             .collect();
         let outputs = session
             .run_blocking(inputs)
             .unwrap_or_else(|e| panic!("{name} batch {b}: {e}"));
         for (i, (oname, got)) in outputs.iter().enumerate() {
-            let want = read_pb(&set.join(format!("output_{i}.pb")));
+            let want = read_pb(&set.join(format!("output_{i}.pb"))).unwrap();
             support::conformance::compare(oname, got, &want, 1e-3, 1e-4)
                 .unwrap_or_else(|e| panic!("{name} batch {b}: {e}"));
         }
@@ -147,7 +131,7 @@ fn async_run_matches_blocking_run() {
     let dir = models_dir();
     let model = Arc::new(Model::load(dir.join("resnet.onnx")).unwrap());
     let session = Session::new(model, SessionOptions::default()).unwrap();
-    let input = read_pb(&dir.join("resnet/b3/input_0.pb"));
+    let input = read_pb(&dir.join("resnet/b3/input_0.pb")).unwrap();
     let a = session
         .run_blocking(vec![("input".into(), input.clone())])
         .unwrap();

@@ -9,35 +9,16 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use infergate_engine::onnx::{decode_tensor, proto::TensorProto};
 use infergate_engine::{AdapterChoice, ExecutorKind, Model, Session, SessionOptions, Tensor};
-use prost::Message;
+
+use support::conformance::read_pb;
 
 const BATCHES: [usize; 3] = [1, 3, 16];
 
 /// The models and onnxruntime's outputs, generated once per test binary.
 fn models_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("engine-models-wgpu");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/export_models.py");
-        let status = std::process::Command::new(support::python::python())
-            .arg(&script)
-            .arg(&dir)
-            .args(["--reference", "1,3,16"])
-            .status()
-            .expect("start python");
-        assert!(
-            status.success(),
-            "export_models.py failed (run `make venv` for onnx/onnxruntime)"
-        );
-        dir
-    })
-}
-
-fn read_pb(p: &Path) -> Tensor {
-    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    decode_tensor(&TensorProto::decode(bytes.as_slice()).unwrap(), None, "pb").unwrap()
+    DIR.get_or_init(|| support::python::export_models("engine-models-wgpu", "ci", "1,3,16"))
 }
 
 fn wgpu_session(model: Arc<Model>) -> Session {
@@ -57,7 +38,12 @@ fn inputs_for(model: &Model, set: &Path) -> Vec<(String, Tensor)> {
         .inputs
         .iter()
         .enumerate()
-        .map(|(i, s)| (s.name.clone(), read_pb(&set.join(format!("input_{i}.pb")))))
+        .map(|(i, s)| {
+            (
+                s.name.clone(),
+                read_pb(&set.join(format!("input_{i}.pb"))).unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -70,7 +56,7 @@ fn check_model(name: &str) {
         let outputs = futures::executor::block_on(session.run(inputs_for(&model, &set)))
             .unwrap_or_else(|e| panic!("{name} batch {b}: {e}"));
         for (i, (oname, got)) in outputs.iter().enumerate() {
-            let want = read_pb(&set.join(format!("output_{i}.pb")));
+            let want = read_pb(&set.join(format!("output_{i}.pb"))).unwrap();
             support::conformance::compare(oname, got, &want, 1e-3, 1e-4)
                 .unwrap_or_else(|e| panic!("{name} batch {b} on wgpu: {e}"));
         }

@@ -112,7 +112,8 @@ pub fn parse_excused(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn read_pb(path: &Path) -> Result<Tensor, String> {
+/// A tensor from a `TensorProto` file (the suites' `input_*.pb` / `output_*.pb`).
+pub fn read_pb(path: &Path) -> Result<Tensor, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let tp = TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: {e}", path.display()))?;
     decode_tensor(&tp, None, &path.display().to_string()).map_err(|e| e.to_string())

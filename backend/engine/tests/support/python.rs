@@ -48,3 +48,21 @@ pub fn onnx_package_dir() -> PathBuf {
     let f = run_python("import onnx, os; print(os.path.dirname(onnx.__file__))", &[]);
     PathBuf::from(f.trim())
 }
+
+/// Writes the networks of `models/export_models.py` (`size` ci or bench) and onnxruntime's outputs at
+/// `batches` (e.g. "1,3,16") into `folder` under the test target's temporary directory; returns it.
+pub fn export_models(folder: &str, size: &str, batches: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(folder);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/export_models.py");
+    let status = Command::new(python())
+        .arg(&script)
+        .arg(&dir)
+        .args(["--size", size, "--reference", batches])
+        .status()
+        .expect("start python");
+    assert!(
+        status.success(),
+        "export_models.py failed (run `make venv` for onnx/onnxruntime)"
+    );
+    dir
+}
