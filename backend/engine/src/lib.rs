@@ -10,6 +10,7 @@ pub mod ir;
 mod model;
 pub mod onnx;
 pub mod passes;
+mod plan_cache;
 mod session;
 pub mod specialise;
 mod tensor;

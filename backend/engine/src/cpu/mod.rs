@@ -27,13 +27,14 @@ mod split;
 mod test_data;
 mod weights;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::ir::ConcreteGraph;
 use crate::model::Model;
+use crate::plan_cache::{PlanCache, plan_key};
 use crate::session::SessionOptions;
 use crate::tensor::{DataType, Tensor};
 
@@ -189,13 +190,10 @@ impl Slot {
     }
 }
 
-type PlanKey = (Vec<Vec<usize>>, Vec<Tensor>);
-
 struct Inner {
     model: Arc<Model>,
     pool: rayon::ThreadPool,
-    plans: Mutex<Vec<(PlanKey, Arc<CpuPlan>)>>,
-    cache_size: usize,
+    plans: PlanCache<CpuPlan>,
     /// constants converted and packed once, shared by all plans
     weights: Weights,
 }
@@ -228,8 +226,7 @@ impl CpuExecutor {
             inner: Arc::new(Inner {
                 model,
                 pool,
-                plans: Mutex::new(Vec::new()),
-                cache_size: options.plan_cache_size.max(1),
+                plans: PlanCache::new(options.plan_cache_size),
                 weights: Weights::default(),
             }),
         })
@@ -270,51 +267,18 @@ impl CpuExecutor {
 }
 
 impl Inner {
-    /// The cache key of a plan for `inputs`: their shapes, and the values of host inputs.
-    fn plan_key(&self, inputs: &[Tensor]) -> PlanKey {
-        (
-            inputs.iter().map(|t| t.shape.clone()).collect(),
-            self.model
-                .host_inputs()
-                .iter()
-                .filter_map(|&i| inputs.get(i).cloned())
-                .collect(),
-        )
-    }
-
-    /// The cached plan for `key`, marked most recently used; `None` when it is not built yet.
-    fn lookup(&self, key: &PlanKey) -> Result<Option<Arc<CpuPlan>>> {
-        let mut plans = self
-            .plans
-            .lock()
-            .map_err(|_| EngineError::internal("plan cache poisoned"))?;
-        Ok(plans.iter().position(|(k, _)| k == key).map(|pos| {
-            let e = plans.remove(pos);
-            let p = e.1.clone();
-            plans.push(e);
-            p
-        }))
-    }
-
     /// The plan for `inputs` if it is built already (never builds one).
     fn cached_plan(&self, inputs: &[Tensor]) -> Result<Option<Arc<CpuPlan>>> {
-        self.lookup(&self.plan_key(inputs))
+        self.plans.get(&plan_key(&self.model, inputs))
     }
 
     fn plan(&self, inputs: &[Tensor]) -> Result<Arc<CpuPlan>> {
-        let key = self.plan_key(inputs);
-        if let Some(p) = self.lookup(&key)? {
+        let key = plan_key(&self.model, inputs);
+        if let Some(p) = self.plans.get(&key)? {
             return Ok(p);
         }
         let plan = Arc::new(self.build(self.model.specialise_for(inputs)?, inputs)?);
-        let mut plans = self
-            .plans
-            .lock()
-            .map_err(|_| EngineError::internal("plan cache poisoned"))?;
-        if plans.len() >= self.cache_size {
-            plans.remove(0);
-        }
-        plans.push((key, plan.clone()));
+        self.plans.insert(key, Arc::clone(&plan))?;
         Ok(plan)
     }
 

@@ -1,7 +1,7 @@
 //! The executor a [`crate::Session`] holds for `ExecutorKind::Wgpu`: plans cached per input shapes (one per
 //! batch-size bucket), compiled off the async runtime, executed on the device's submission thread.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -12,6 +12,7 @@ use super::error::{GpuError, GpuErrorKind};
 use super::plan::{self, HostTensor, Plan};
 use crate::error::{EngineError, Result};
 use crate::model::Model;
+use crate::plan_cache::{PlanCache, plan_key};
 use crate::session::{AdapterChoice, SessionOptions};
 use crate::tensor::Tensor;
 
@@ -46,14 +47,11 @@ pub(crate) fn request(choice: &AdapterChoice) -> AdapterRequest {
     }
 }
 
-type PlanKey = (Vec<Vec<usize>>, Vec<Tensor>);
-
 /// Runs a model on one wgpu device.
 pub(crate) struct WgpuExecutor {
     model: Arc<Model>,
     ctx: Arc<GpuContext>,
-    plans: Mutex<Vec<(PlanKey, Arc<Plan>)>>,
-    cache_size: usize,
+    plans: PlanCache<Plan>,
 }
 
 impl std::fmt::Debug for WgpuExecutor {
@@ -72,48 +70,8 @@ impl WgpuExecutor {
         Ok(Self {
             model,
             ctx,
-            plans: Mutex::new(Vec::new()),
-            cache_size: options.plan_cache_size.max(1),
+            plans: PlanCache::new(options.plan_cache_size),
         })
-    }
-
-    fn key(&self, inputs: &[Tensor]) -> PlanKey {
-        (
-            inputs.iter().map(|t| t.shape.clone()).collect(),
-            self.model
-                .host_inputs()
-                .iter()
-                .filter_map(|&i| inputs.get(i).cloned())
-                .collect(),
-        )
-    }
-
-    fn cached(&self, key: &PlanKey) -> Result<Option<Arc<Plan>>> {
-        let mut plans = self
-            .plans
-            .lock()
-            .map_err(|_| EngineError::internal("wgpu plan cache poisoned"))?;
-        Ok(plans.iter().position(|(k, _)| k == key).map(|pos| {
-            let e = plans.remove(pos);
-            let p = Arc::clone(&e.1);
-            plans.push(e);
-            p
-        }))
-    }
-
-    fn insert(&self, key: PlanKey, plan: Arc<Plan>) -> Result<()> {
-        let mut plans = self
-            .plans
-            .lock()
-            .map_err(|_| EngineError::internal("wgpu plan cache poisoned"))?;
-        if let Some(pos) = plans.iter().position(|(k, _)| *k == key) {
-            plans.remove(pos);
-        }
-        if plans.len() >= self.cache_size {
-            plans.remove(0);
-        }
-        plans.push((key, plan));
-        Ok(())
     }
 
     /// Specialises and compiles a plan for these inputs. Blocking.
@@ -135,8 +93,8 @@ impl WgpuExecutor {
     }
 
     async fn plan(&self, inputs: &[Tensor]) -> Result<Arc<Plan>> {
-        let key = self.key(inputs);
-        if let Some(p) = self.cached(&key)? {
+        let key = plan_key(&self.model, inputs);
+        if let Some(p) = self.plans.get(&key)? {
             return Ok(p);
         }
         let plan = match tokio::runtime::Handle::try_current() {
@@ -149,7 +107,7 @@ impl WgpuExecutor {
             }
             Err(_) => Self::compile(&self.model, &self.ctx, inputs)?,
         };
-        self.insert(key, Arc::clone(&plan))?;
+        self.plans.insert(key, Arc::clone(&plan))?;
         Ok(plan)
     }
 
@@ -169,10 +127,7 @@ impl WgpuExecutor {
 
     /// Device memory held by the cached plans.
     pub(crate) fn device_memory_bytes(&self) -> u64 {
-        self.plans
-            .lock()
-            .map(|p| p.iter().map(|(_, plan)| plan.device_bytes()).sum())
-            .unwrap_or(0)
+        self.plans.sum(Plan::device_bytes)
     }
 }
 
