@@ -3,10 +3,14 @@
 //! The folder (not the file) is watched so that every way a file gets replaced is seen: in-place writes,
 //! editors' write-to-temp-then-rename, delete then recreate, and Kubernetes' ConfigMap update (the
 //! mounted name is a symlink through `..data`, which the kubelet swaps by renaming `..data_tmp` over it).
-//! Any event in the folder schedules a debounced re-read; a file whose content hash is unchanged is not
-//! a reload. SIGHUP and a slow safety-net poll trigger the same re-read. An invalid file leaves the
+//! An event that names the file, or one of the kubelet's `..` entries, schedules a debounced re-read;
+//! events about the folder's other files are dropped on the watcher's thread (a log written next to the
+//! config must neither keep the gateway's threads busy nor hold a reload back). The debounce waits for the
+//! folder to be quiet, but never longer than `MAX_DEBOUNCE_ROUNDS` quiet periods. A file whose content hash
+//! is unchanged is not a reload. SIGHUP and a slow safety-net poll trigger the same re-read. An invalid file leaves the
 //! running value in place and records the rejection (text, time, content hash).
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -20,6 +24,9 @@ use tokio::task::JoinHandle;
 use crate::diagnostic::{Diagnostic, Diagnostics, Pos};
 use crate::file::read_config_file;
 use crate::routes::{GatewayConfig, load_gateway_config};
+
+/// However busy the file's events keep the folder, a re-read waits at most this many debounce periods.
+const MAX_DEBOUNCE_ROUNDS: u32 = 10;
 
 /// A freshly loaded value with the warnings found while loading it.
 #[derive(Debug, Clone)]
@@ -375,9 +382,10 @@ fn watch_folder(file: &Path, tx: mpsc::UnboundedSender<()>) -> Result<Recommende
             format!("cannot watch the folder '{}' for changes: {e}", folder.display()),
         ))
     };
+    let name = file.file_name().map(OsStr::to_os_string).unwrap_or_default();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Any event in the folder may mean the file changed (directly, via rename, or via `..data`).
-        if event.map(|e| !e.kind.is_access()).unwrap_or(true) {
+        // A watcher error may mean missed events: re-read to be safe.
+        if event.map(|e| concerns_the_file(&e, &name)).unwrap_or(true) {
             let _ = tx.send(());
         }
     })
@@ -386,6 +394,22 @@ fn watch_folder(file: &Path, tx: mpsc::UnboundedSender<()>) -> Result<Recommende
         .watch(&folder, RecursiveMode::NonRecursive)
         .map_err(fail)?;
     Ok(watcher)
+}
+
+/// Whether a folder event may mean the file named `name` changed: it names the file (written, created,
+/// removed, renamed to or from), or a `..`-prefixed entry (the kubelet's `..data` symlink and its
+/// timestamped folders, through which a ConfigMap's file names point), or it names nothing or asks for a
+/// rescan (events were lost). Reads (access events) never change the file.
+fn concerns_the_file(event: &notify::Event, name: &OsStr) -> bool {
+    if event.kind.is_access() {
+        return false;
+    }
+    event.need_rescan()
+        || event.paths.is_empty()
+        || event.paths.iter().any(|p| match p.file_name() {
+            Some(n) => n == name || n.as_encoded_bytes().starts_with(b".."),
+            None => true,
+        })
 }
 
 async fn run<T: Send + Sync + 'static>(
@@ -416,9 +440,15 @@ async fn run<T: Send + Sync + 'static>(
             _ = async { match poll.as_mut() { Some(p) => { p.tick().await; } None => std::future::pending::<()>().await } } => false,
         };
         if from_fs {
-            // Debounce: wait until the folder has been quiet for `debounce`.
+            // Debounce: wait until the file's events have been quiet for `debounce`, but not for ever.
+            let latest = tokio::time::Instant::now() + options.debounce * MAX_DEBOUNCE_ROUNDS;
             loop {
-                match tokio::time::timeout(options.debounce, rx.recv()).await {
+                let now = tokio::time::Instant::now();
+                if now >= latest {
+                    break;
+                }
+                let quiet_until = (now + options.debounce).min(latest);
+                match tokio::time::timeout_at(quiet_until, rx.recv()).await {
                     Ok(Some(())) => continue,
                     Ok(None) => {
                         fs_open = false;
@@ -432,5 +462,59 @@ async fn run<T: Send + Sync + 'static>(
         if tokio::task::spawn_blocking(move || s.reload()).await.is_err() {
             tracing::error!(file = %shared.file.display(), "config reload task failed; the running config stays");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{AccessKind, CreateKind, EventKind, Flag, ModifyKind, RenameMode};
+
+    fn event(kind: EventKind, paths: &[&str]) -> notify::Event {
+        paths
+            .iter()
+            .fold(notify::Event::new(kind), |e, p| e.add_path(PathBuf::from(p)))
+    }
+
+    #[test]
+    fn only_events_that_can_change_the_file_schedule_a_reread() {
+        let name = OsStr::new("routes.yaml");
+        let write = EventKind::Modify(ModifyKind::Any);
+        assert!(concerns_the_file(&event(write, &["/etc/gw/routes.yaml"]), name));
+        assert!(concerns_the_file(
+            &event(
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+                &["/etc/gw/.routes.yaml.swp", "/etc/gw/routes.yaml"]
+            ),
+            name
+        ));
+        assert!(
+            concerns_the_file(
+                &event(EventKind::Create(CreateKind::Any), &["/etc/gw/..data"]),
+                name
+            ),
+            "the kubelet swaps ..data to update a ConfigMap"
+        );
+        assert!(
+            concerns_the_file(&event(write, &[]), name),
+            "an event naming nothing"
+        );
+        assert!(concerns_the_file(
+            &event(EventKind::Other, &["/etc/gw/other"]).set_flag(Flag::Rescan),
+            name
+        ));
+
+        assert!(
+            !concerns_the_file(&event(write, &["/etc/gw/access.log"]), name),
+            "a neighbour's writes are not the config's"
+        );
+        assert!(!concerns_the_file(
+            &event(write, &["/etc/gw/routes.yaml.bak"]),
+            name
+        ));
+        assert!(!concerns_the_file(
+            &event(EventKind::Access(AccessKind::Any), &["/etc/gw/routes.yaml"]),
+            name
+        ));
     }
 }

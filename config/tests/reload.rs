@@ -147,6 +147,37 @@ async fn configmap_data_symlink_swap() {
     assert_eq!(w.status().reloads, 2);
 }
 
+/// A log written next to the config (every few milliseconds, as a load generator's per-request log is) must
+/// not hold a reload back: before the watcher looked at the events' file names, the debounce waited for the
+/// folder to fall quiet and never got there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_neighbour_file_does_not_hold_a_reload_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, file) = start(dir.path(), "routes.yaml", &routes(90), quiet()).await;
+    let mut rx = w.subscribe();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, log) = (stop.clone(), dir.path().join("requests.log"));
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::File::create(log).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                writeln!(f, "a request").unwrap();
+                f.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    std::fs::write(&file, routes(40)).unwrap();
+    applied(&mut rx, "write while a neighbour file is busy", t).await;
+    assert_eq!(weight(&w.current()), 40);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(w.status().reloads, 1, "the neighbour's writes are not reloads");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_file_keeps_the_running_config_and_records_why() {
     let dir = tempfile::tempdir().unwrap();
