@@ -5,14 +5,16 @@
 #   bench-gateway.sh RELEASE_BIN_DIR
 # Every proxy runs once per entry of BENCH_WORKERS (default "1 2"): the gateway with that many data workers
 # (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
-# so each row compares like with like. Prints a markdown table for docs/benchmarks.md (## gateway). Uses ports
+# so each row compares like with like. Each peer also runs a second time doing the gateway's header work (an
+# x-request-id generated, sent upstream and echoed, x-forwarded-for appended: the "+ request id and XFF" rows),
+# so the comparison can be made on the same work as well as against the peer's plain config. Prints a markdown table for docs/benchmarks.md (## gateway). Uses ports
 # 30000-30099 and a temp dir; every process it starts is stopped on exit.
 #
 # Columns: max req/s (best-effort load, BENCH_CLIENTS keep-alive connections, median of BENCH_REPEAT runs taken
 # in turn across the targets so background load hits them alike) and the proxy's CPU time per request meanwhile
 # (user + system, all its processes, from /proc), and the upstream's (shared by all targets: how much of the
 # machine each target's way of talking to it costs; for "direct", the upstream serving h2load itself); p99 latency at a fixed rate of half the best
-# peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
+# plain peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
 # (user + system, all its processes, from /proc); p50 latency at 200 req/s over one connection and what the
 # proxy adds to it over going direct (both latencies: medians of BENCH_LAT_REPEAT rounds, default 3, taken in
 # turn across the targets); RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
@@ -56,10 +58,69 @@ cpu_ticks() { local t=0; for p in $(tree "$1"); do t=$((t + $(awk '{print $14 + 
 
 "$bin/infergate-bench-upstream" "127.0.0.1:$UP" & UPSTREAM=$!; pids+=($!); wait_port $UP
 
+# The peers, each with $w workers (set by the loop below). start_nginx TARGET PORT HTTP_EXTRA LOCATION_EXTRA: nginx
+# proxying HTTP/1.1 keep-alive to the upstream. start_haproxy TARGET PORT FRONTEND_EXTRA: HAProxy taking HTTP/1.1
+# and speaking h2 to the upstream.
+start_nginx() {
+  local t=$1 port=$2 http_extra=$3 location_extra=$4 d="$tmp/$1"
+  mkdir -p "$d"
+  cat > "$d.conf" <<NGINX
+worker_processes $w;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+daemon off;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $d; proxy_temp_path $d; fastcgi_temp_path $d; uwsgi_temp_path $d; scgi_temp_path $d;
+  upstream up { server 127.0.0.1:$UP; keepalive 128; }
+  $http_extra
+  server {
+    listen 127.0.0.1:$port;
+    keepalive_requests 1000000;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; $location_extra }
+  }
+}
+NGINX
+  nginx -c "$d.conf" -p "$d" & PID[$t]=$!; pids+=($!)
+}
+# HTTP/2 has no reason phrase, and HAProxy writes "HTTP/1.1 200 " without one; h2load 1.52 then cannot read
+# the status and counts every response as failed. The rule puts "OK" back (one status check per response).
+start_haproxy() {
+  local t=$1 port=$2 frontend_extra=$3
+  cat > "$tmp/$t.cfg" <<HAP
+global
+  nbthread $w
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind 127.0.0.1:$port
+$frontend_extra
+  default_backend be
+backend be
+  http-response set-status 200 reason OK if { status 200 }
+  server s1 127.0.0.1:$UP proto h2
+HAP
+  haproxy -f "$tmp/$t.cfg" -db & PID[$t]=$!; pids+=($!)
+}
+# "Same work": the headers the gateway adds to every request, done by the peer too — an x-request-id (the
+# caller's, or a generated one) sent upstream and echoed in the response, and x-forwarded-for appended — as Envoy
+# does by default. (The gateway also counts every request in Prometheus metrics; the peers count nothing.)
+NGINX_SAME_WORK_HTTP='map $http_x_request_id $rid { "" $request_id; default $http_x_request_id; }'
+NGINX_SAME_WORK_LOCATION='proxy_set_header X-Request-ID $rid; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; add_header X-Request-ID $rid always;'
+HAPROXY_SAME_WORK='  option forwardfor
+  http-request set-var(txn.rid) req.hdr(x-request-id)
+  http-request set-var(txn.rid) uuid() unless { var(txn.rid) -m found }
+  http-request set-header X-Request-ID %[var(txn.rid)]
+  http-response set-header X-Request-ID %[var(txn.rid)]'
+
 declare -A PORT=([direct]=$UP) PID LABEL=([direct]="direct to upstream")
 TARGETS=(direct)
 for w in $WORKERS; do
-  gw=$((30010 + 2 * w)) ngx=$((30040 + w)) hap=$((30070 + w))
+  gw=$((30010 + 2 * w)) ngx=$((30040 + w)) ngxh=$((30050 + w)) hap=$((30070 + w)) haph=$((30080 + w))
   cat > "$tmp/conf/routes-$w.yaml" <<YAML
 listeners:
   data: { address: "127.0.0.1:$gw" }
@@ -80,49 +141,15 @@ YAML
     INFERGATE_LOG=warn "$BASELINE/infergate-gateway" --config "$tmp/conf/routes-base-$w.yaml" & PID[base$w]=$!; pids+=($!)
   fi
 
-  mkdir -p "$tmp/nginx-$w"
-  cat > "$tmp/nginx-$w.conf" <<NGINX
-worker_processes $w;
-pid $tmp/nginx-$w/nginx.pid;
-error_log $tmp/nginx-$w/error.log warn;
-daemon off;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/nginx-$w; proxy_temp_path $tmp/nginx-$w; fastcgi_temp_path $tmp/nginx-$w;
-  uwsgi_temp_path $tmp/nginx-$w; scgi_temp_path $tmp/nginx-$w;
-  upstream up { server 127.0.0.1:$UP; keepalive 128; }
-  server {
-    listen 127.0.0.1:$ngx;
-    keepalive_requests 1000000;
-    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
-  }
-}
-NGINX
-  nginx -c "$tmp/nginx-$w.conf" -p "$tmp/nginx-$w" & PID[nginx$w]=$!; pids+=($!)
+  start_nginx "nginx$w" "$ngx" "" ""
+  start_nginx "nginxh$w" "$ngxh" "$NGINX_SAME_WORK_HTTP" "$NGINX_SAME_WORK_LOCATION"
+  start_haproxy "haproxy$w" "$hap" ""
+  start_haproxy "haproxyh$w" "$haph" "$HAPROXY_SAME_WORK"
 
-  # HTTP/2 has no reason phrase, and HAProxy writes "HTTP/1.1 200 " without one; h2load 1.52 then cannot read
-  # the status and counts every response as failed. The rule puts "OK" back (one status check per response).
-  cat > "$tmp/haproxy-$w.cfg" <<HAP
-global
-  nbthread $w
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend fe
-  bind 127.0.0.1:$hap
-  default_backend be
-backend be
-  http-response set-status 200 reason OK if { status 200 }
-  server s1 127.0.0.1:$UP proto h2
-HAP
-  haproxy -f "$tmp/haproxy-$w.cfg" -db & PID[haproxy$w]=$!; pids+=($!)
-
-  PORT[gw$w]=$gw PORT[nginx$w]=$ngx PORT[haproxy$w]=$hap
+  PORT[gw$w]=$gw PORT[nginx$w]=$ngx PORT[haproxy$w]=$hap PORT[nginxh$w]=$ngxh PORT[haproxyh$w]=$haph
   LABEL[gw$w]="infergate-gateway, $w thread(s)" LABEL[nginx$w]="nginx, $w worker(s)" LABEL[haproxy$w]="HAProxy (h2 upstream), $w thread(s)"
-  TARGETS+=(gw$w nginx$w haproxy$w)
+  LABEL[nginxh$w]="nginx + request id and XFF, $w worker(s)" LABEL[haproxyh$w]="HAProxy (h2 upstream) + request id and XFF, $w thread(s)"
+  TARGETS+=(gw$w nginx$w nginxh$w haproxy$w haproxyh$w)
   if [ -n "$BASELINE" ]; then
     PORT[base$w]=$((30090 + 2 * w)) LABEL[base$w]="infergate-gateway baseline ($BASELINE), $w thread(s)"; TARGETS+=(base$w)
   fi
@@ -132,33 +159,42 @@ sleep 1
 declare -A IDLE
 for t in "${TARGETS[@]}"; do [ "$t" = direct ] || IDLE[$t]=$(sum_status "${PID[$t]}" VmRSS); done
 
-# Runs h2load and prints "succeeded_requests seconds"; warns when some requests did not succeed.
-load() { # label h2load-args...
-  local label=$1; shift
+# Runs h2load and prints "succeeded_requests seconds", the seconds h2load measured (its "finished in" counts
+# the warm-up too: WARM_UP seconds with requests running and none counted); warns when some did not succeed.
+WARM_UP=1
+load() { # label warm-up-seconds h2load-args...
+  local label=$1 warm=$2; shift 2
   local out; out=$(h2load --h1 "$@" 2>/dev/null)
   local ok failed secs
   ok=$(awk '/^requests:/ {print $8}' <<<"$out")
   failed=$(awk '/^requests:/ {print $10 + $12 + $14}' <<<"$out")
-  secs=$(awk '/^finished in/ {v=$3; sub(",", "", v); if (v ~ /ms$/) {sub("ms", "", v); v /= 1000} else sub("s", "", v); print v}' <<<"$out")
+  secs=$(awk -v w="$warm" '/^finished in/ {v=$3; sub(",", "", v); if (v ~ /ms$/) {sub("ms", "", v); v /= 1000} else sub("s", "", v); print v - w}' <<<"$out")
   [ "${failed:-0}" = 0 ] || echo "bench-gateway: $label: $failed requests did not succeed" >&2
   echo "${ok:-0} ${secs:-1}"
 }
 
 # Throughput: as fast as each target goes with $CLIENTS keep-alive connections, the targets taken in turn; also
-# the target's and the upstream's CPU time per request while saturated (they include the warm-up second, so they
-# are approximate).
+# the target's and the upstream's CPU time per request while saturated, read after h2load's warm-up so that
+# they cover the measured window (before commit "fix(bench): throughput over h2load's measured window…" both
+# req/s and CPU counted the warm-up second: req/s read 3/4 of the true rate, CPU per request 4/3 of it).
 declare -A RUNS SATCPU UPCPU
 per_req() { awk -v d="$1" -v n="$2" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}'; }
 for _ in $(seq 1 "$REPEAT"); do
   for t in "${TARGETS[@]}"; do
+    load "$t" "$WARM_UP" -c "$CLIENTS" -t "$THREADS" -D "$DURATION" --warm-up-time="${WARM_UP}s" \
+      "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer" > "$tmp/load.out" &
+    h2=$!
+    sleep "$WARM_UP"
     before=0; [ "$t" = direct ] || before=$(cpu_ticks "${PID[$t]}")
     up_before=$(cpu_ticks "$UPSTREAM")
-    read -r ok secs < <(load "$t" -c "$CLIENTS" -t "$THREADS" -D "$DURATION" --warm-up-time=1s "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
+    wait "$h2"
     up_after=$(cpu_ticks "$UPSTREAM")
+    after=0; [ "$t" = direct ] || after=$(cpu_ticks "${PID[$t]}")
+    read -r ok secs < "$tmp/load.out"
     RUNS[$t]+="$(awk -v n="$ok" -v s="$secs" 'BEGIN {printf "%d", n / s}') "
     if [ "$ok" -gt 0 ]; then
       UPCPU[$t]+="$(per_req $(( up_after - up_before )) "$ok") "
-      [ "$t" = direct ] || SATCPU[$t]+="$(per_req $(( $(cpu_ticks "${PID[$t]}") - before )) "$ok") "
+      [ "$t" = direct ] || SATCPU[$t]+="$(per_req $(( after - before )) "$ok") "
     fi
   done
 done
@@ -176,7 +212,7 @@ pct_at_rate() { # target rate clients percentile
   local t=$1 per=$(( $2 / $3 )) cpu="-"; [ "$per" -ge 1 ] || per=1
   local before=0; [ "$t" = direct ] || before=$(cpu_ticks "${PID[$t]}")
   rm -f "$tmp/lat.log"
-  read -r ok _ < <(load "$t" -c "$3" -t 1 --rps "$per" -D "$DURATION" --log-file "$tmp/lat.log" "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
+  read -r ok _ < <(load "$t" 0 -c "$3" -t 1 --rps "$per" -D "$DURATION" --log-file "$tmp/lat.log" "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
   if [ "$t" != direct ] && [ "$ok" -gt 0 ]; then
     cpu=$(awk -v d=$(( $(cpu_ticks "${PID[$t]}") - before )) -v n="$ok" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}')
   fi
@@ -186,7 +222,7 @@ pct_at_rate() { # target rate clients percentile
 declare -A P99 P50 HALF CPU
 for w in $WORKERS; do
   best=$(( RPS[nginx$w] > RPS[haproxy$w] ? RPS[nginx$w] : RPS[haproxy$w] ))
-  HALF[gw$w]=$(( best / 2 )) HALF[nginx$w]=$(( best / 2 )) HALF[haproxy$w]=$(( best / 2 )) HALF[base$w]=$(( best / 2 ))
+  for t in gw nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )); done
 done
 HALF[direct]=${HALF[gw${WORKERS%% *}]}
 # Latency rounds taken in turn over the targets, as for throughput; the table gives the medians.
@@ -214,21 +250,19 @@ for t in "${TARGETS[@]}"; do
 done
 # Background load moves between rounds far more than the targets differ, so also compare within each round:
 # the gateway's req/s over the better peer's at the same worker count, run next to each other.
-for w in $WORKERS; do
-  read -r -a g <<<"${RUNS[gw$w]}"; read -r -a n <<<"${RUNS[nginx$w]}"; read -r -a h <<<"${RUNS[haproxy$w]}"
-  ratios=""
+within_round() { # label target peer-a peer-b: the gateway's req/s over the better of two peers, per round
+  local -a g a b; read -r -a g <<<"${RUNS[$2]}"; read -r -a a <<<"${RUNS[$3]}"; read -r -a b <<<"${RUNS[${4:-$3}]}"
+  local ratios="" i
   for i in "${!g[@]}"; do
-    ratios+="$(awk -v a="${g[$i]}" -v b="${n[$i]}" -v c="${h[$i]}" 'BEGIN {m = b > c ? b : c; if (m > 0) printf "%.2f", a / m; else printf "-"}') "
+    ratios+="$(awk -v x="${g[$i]}" -v p="${a[$i]}" -v q="${b[$i]}" 'BEGIN {m = p > q ? p : q; if (m > 0) printf "%.2f", x / m; else printf "-"}') "
   done
   echo
-  echo "infergate-gateway, $w thread(s), req/s over the better peer's in the same round: median $(median "$ratios") (${ratios% })"
-  if [ -n "$BASELINE" ]; then
-    read -r -a o <<<"${RUNS[base$w]}"
-    ratios=""
-    for i in "${!g[@]}"; do ratios+="$(awk -v a="${g[$i]}" -v b="${o[$i]}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else printf "-"}') "; done
-    echo
-    echo "infergate-gateway, $w thread(s), req/s over the baseline's in the same round: median $(median "$ratios") (${ratios% })"
-  fi
+  echo "$1: median $(median "$ratios") (${ratios% })"
+}
+for w in $WORKERS; do
+  within_round "infergate-gateway, $w thread(s), req/s over the better peer's in the same round" gw$w nginx$w haproxy$w
+  within_round "infergate-gateway, $w thread(s), req/s over the better peer's doing the same header work, same round" gw$w nginxh$w haproxyh$w
+  [ -z "$BASELINE" ] || within_round "infergate-gateway, $w thread(s), req/s over the baseline's in the same round" gw$w base$w
 done
 echo
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
