@@ -6,9 +6,9 @@
 //! An event that names the file, or one of the kubelet's `..` entries, schedules a debounced re-read;
 //! events about the folder's other files are dropped on the watcher's thread (a log written next to the
 //! config must neither keep the gateway's threads busy nor hold a reload back). The debounce waits for the
-//! folder to be quiet, but never longer than `MAX_DEBOUNCE_ROUNDS` quiet periods. A file whose content hash
-//! is unchanged is not a reload. SIGHUP and a slow safety-net poll trigger the same re-read. An invalid file leaves the
-//! running value in place and records the rejection (text, time, content hash).
+//! file's events to stop, but never longer than `MAX_DEBOUNCE_ROUNDS` quiet periods. A file whose content
+//! hash is unchanged is not a reload. SIGHUP and a slow safety-net poll trigger the same re-read. An invalid
+//! file leaves the running value in place and records the rejection (text, time, content hash).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
