@@ -15,8 +15,9 @@
 # (user + system, all its processes, from /proc), and the upstream's (shared by all targets: how much of the
 # machine each target's way of talking to it costs; for "direct", the upstream serving h2load itself); p99 latency at a fixed rate of half the best
 # plain peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
-# (user + system, all its processes, from /proc); p50 latency at 200 req/s over one connection and what the
-# proxy adds to it over going direct (both latencies: medians of BENCH_LAT_REPEAT rounds, default 3, taken in
+# (user + system, all its processes, from /proc); p50 latency at 200 and at 1,000 req/s over one connection and
+# what the proxy adds to it over going direct (on a VM whose idle vCPUs halt, the 200 req/s figure is mostly the
+# cost of waking them, which a proxy pays twice as often: docs/benchmarks.md, ## gateway, runs 7–8) (the latencies: medians of BENCH_LAT_REPEAT rounds, default 3, taken in
 # turn across the targets); RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
 #
 # BENCH_BASELINE=DIR adds rows for the gateway binary in DIR (an earlier commit's release build), run next to
@@ -219,34 +220,36 @@ pct_at_rate() { # target rate clients percentile
   echo "$(sort -n -k3 "$tmp/lat.log" | awk -v p="$4" '{a[NR]=$3} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}') $cpu"
 }
 
-declare -A P99 P50 HALF CPU
+declare -A P99 P50 P50_1K HALF CPU
 for w in $WORKERS; do
   best=$(( RPS[nginx$w] > RPS[haproxy$w] ? RPS[nginx$w] : RPS[haproxy$w] ))
   for t in gw nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )); done
 done
 HALF[direct]=${HALF[gw${WORKERS%% *}]}
 # Latency rounds taken in turn over the targets, as for throughput; the table gives the medians.
-declare -A P99S P50S CPUS
+declare -A P99S P50S P50K CPUS
 for _ in $(seq 1 "$LAT_REPEAT"); do
   for t in "${TARGETS[@]}"; do
     read -r p c < <(pct_at_rate "$t" "${HALF[$t]}" 16 99); P99S[$t]+="$p "; [ "$c" = - ] || CPUS[$t]+="$c "
     read -r p _ < <(pct_at_rate "$t" 200 1 50); P50S[$t]+="$p "
+    read -r p _ < <(pct_at_rate "$t" 1000 1 50); P50K[$t]+="$p "
   done
 done
 for t in "${TARGETS[@]}"; do
-  P99[$t]=$(median "${P99S[$t]}"); P50[$t]=$(median "${P50S[$t]}"); CPU[$t]=$(median "${CPUS[$t]:-}")
+  P99[$t]=$(median "${P99S[$t]}"); P50[$t]=$(median "${P50S[$t]}"); P50_1K[$t]=$(median "${P50K[$t]}")
+  CPU[$t]=$(median "${CPUS[$t]:-}")
 done
 declare -A HWM
 for t in "${TARGETS[@]}"; do [ "$t" = direct ] || HWM[$t]=$(sum_status "${PID[$t]}" VmHWM); done
 
 echo
-echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | RSS idle MB | RSS peak MB |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | p50 µs at 1,000 req/s, 1 conn | added p50 µs | RSS idle MB | RSS peak MB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for t in "${TARGETS[@]}"; do
-  added=$(( P50[$t] - P50[direct] ))
-  if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; else
+  added=$(( P50[$t] - P50[direct] )) added_1k=$(( P50_1K[$t] - P50_1K[direct] ))
+  if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; added_1k="-"; else
     idle=$(awk -v k="${IDLE[$t]}" 'BEGIN {printf "%.1f", k/1024}'); peak=$(awk -v k="${HWM[$t]}" 'BEGIN {printf "%.1f", k/1024}'); fi
-  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${UPSAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | $idle | $peak |"
+  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${UPSAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | ${P50_1K[$t]} | $added_1k | $idle | $peak |"
 done
 # Background load moves between rounds far more than the targets differ, so also compare within each round:
 # the gateway's req/s over the better peer's at the same worker count, run next to each other.
