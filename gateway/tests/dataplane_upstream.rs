@@ -1,5 +1,6 @@
 //! Upstream behaviour seen from outside: concurrency and queue limits refuse at once with 503, power of two
-//! choices spreads load and favours the less busy endpoint, failing endpoints are ejected.
+//! choices spreads load and favours the less busy endpoint, failing endpoints are ejected, a DNS name becomes
+//! the endpoints it resolves to.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -196,4 +197,61 @@ routes:
         metrics.contains("infergate_gateway_upstream_ejections_total"),
         "{metrics}"
     );
+}
+
+/// An endpoint given as a DNS name (a Kubernetes headless Service) becomes one endpoint per address it resolves
+/// to, and requests reach them.
+#[tokio::test]
+async fn a_dns_name_becomes_the_endpoints_it_resolves_to() {
+    // Dual-stack where the machine has IPv6, so every address `localhost` resolves to reaches the upstream.
+    let listener = match tokio::net::TcpListener::bind("[::]:0").await {
+        Ok(l) => l,
+        Err(_) => tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    };
+    let port = listener.local_addr().unwrap().port();
+    let up = upstream_on(listener, |_req: Request<Incoming>| async {
+        Response::new(Full::new(Bytes::from_static(b"ok")))
+    });
+    let mut expected: Vec<String> = tokio::net::lookup_host(("localhost", port))
+        .await
+        .unwrap()
+        .map(|a| a.to_string())
+        .collect();
+    expected.sort();
+    expected.dedup();
+    let gw = gateway(&format!(
+        r#"
+upstreams:
+  - name: up
+    endpoints: ["localhost:{port}"]
+    resolve_interval: 1s
+routes:
+  - name: all
+    destinations: [{{ upstream: up }}]
+"#
+    ))
+    .await;
+    // The first lookup runs as the gateway starts; wait until it has landed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let addresses = loop {
+        let (_, body) = admin_get(&gw, "/upstreams").await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let mut found: Vec<String> = v["upstreams"][0]["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["address"].as_str().unwrap().to_string())
+            .collect();
+        found.sort();
+        if !found.is_empty() || tokio::time::Instant::now() > deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(addresses, expected, "one endpoint per address of localhost");
+    let client = http1_client();
+    for _ in 0..10 {
+        assert_eq!(send(&client, get(&gw, "/")).await.0.status, 200);
+    }
+    assert_eq!(up.hits(), 10);
 }

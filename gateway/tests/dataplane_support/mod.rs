@@ -61,7 +61,15 @@ where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    upstream_on(TcpListener::bind("127.0.0.1:0").await.unwrap(), handler)
+}
+
+/// Starts an upstream serving HTTP/1.1 and h2c on `listener` with `handler`.
+pub fn upstream_on<H, F>(listener: TcpListener, handler: H) -> TestUpstream
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
