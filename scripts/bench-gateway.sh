@@ -7,18 +7,20 @@
 # (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
 # so each row compares like with like. Each peer also runs a second time doing the gateway's header work (an
 # x-request-id generated, sent upstream and echoed, x-forwarded-for appended: the "+ request id and XFF" rows),
-# so the comparison can be made on the same work as well as against the peer's plain config. Prints a markdown table for docs/benchmarks.md (## gateway). Uses ports
-# 30000-30099 and a temp dir; every process it starts is stopped on exit.
+# so the comparison can be made on the same work as well as against the peer's plain config. Prints a markdown
+# table for docs/benchmarks.md (## gateway). Uses ports 30000-30099 and a temp dir; every process it starts is
+# stopped on exit.
 #
 # Columns: max req/s (best-effort load, BENCH_CLIENTS keep-alive connections, median of BENCH_REPEAT runs taken
 # in turn across the targets so background load hits them alike) and the proxy's CPU time per request meanwhile
 # (user + system, all its processes, from /proc), and the upstream's (shared by all targets: how much of the
-# machine each target's way of talking to it costs; for "direct", the upstream serving h2load itself); p99 latency at a fixed rate of half the best
-# plain peer's max (same worker count) over 16 connections, and the proxy's CPU time per request at that rate
-# (user + system, all its processes, from /proc); p50 latency at 200 and at 1,000 req/s over one connection and
-# what the proxy adds to it over going direct (on a VM whose idle vCPUs halt, the 200 req/s figure is mostly the
-# cost of waking them, which a proxy pays twice as often: docs/benchmarks.md, ## gateway, runs 7–8) (the latencies: medians of BENCH_LAT_REPEAT rounds, default 3, taken in
-# turn across the targets); RSS idle and peak (VmRSS / VmHWM summed over the proxy's processes).
+# machine each target's way of talking to it costs; for "direct", the upstream serving h2load itself); p99
+# latency at a fixed rate of half the best plain peer's max (same worker count) over 16 connections, and the
+# proxy's CPU time per request at that rate; p50 latency at 200 and at 1,000 req/s over one connection and what
+# the proxy adds to it over going direct (on a VM whose idle vCPUs halt, the 200 req/s figure is mostly the cost
+# of waking them, which a proxy pays twice as often: docs/benchmarks.md, ## gateway, runs 7-8). The latencies are
+# medians of BENCH_LAT_REPEAT rounds (default 3) taken in turn across the targets. RSS idle and peak: VmRSS /
+# VmHWM summed over the proxy's processes.
 #
 # BENCH_BASELINE=DIR adds rows for the gateway binary in DIR (an earlier commit's release build), run next to
 # this one with the same routes file, so a change is measured within the same rounds.
