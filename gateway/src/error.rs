@@ -115,6 +115,8 @@ pub enum ErrorKind {
     Unauthenticated,
     /// The request body is larger than the listener allows (413 / RESOURCE_EXHAUSTED).
     PayloadTooLarge,
+    /// The HTTP/1.1 request head has more or larger headers than the listener allows (431).
+    HeadersTooLarge,
     /// A protocol upgrade (WebSocket, …) or CONNECT, which the gateway does not proxy (501 / UNIMPLEMENTED).
     Unsupported,
     /// The caller is over its quota on this route (429 / RESOURCE_EXHAUSTED).
@@ -148,6 +150,7 @@ impl ErrorKind {
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::FaultAbort { status, .. } => *status,
@@ -164,7 +167,9 @@ impl ErrorKind {
             ErrorKind::BadRequest => GrpcCode::InvalidArgument,
             ErrorKind::NoRoute | ErrorKind::Unsupported => GrpcCode::Unimplemented,
             ErrorKind::Unauthenticated => GrpcCode::Unauthenticated,
-            ErrorKind::PayloadTooLarge | ErrorKind::QuotaExceeded => GrpcCode::ResourceExhausted,
+            ErrorKind::PayloadTooLarge | ErrorKind::HeadersTooLarge | ErrorKind::QuotaExceeded => {
+                GrpcCode::ResourceExhausted
+            }
             ErrorKind::FaultAbort { status, grpc } => {
                 grpc.unwrap_or_else(|| GrpcCode::from_http_status(*status))
             }
@@ -181,6 +186,7 @@ impl ErrorKind {
             ErrorKind::NoRoute => "no_route",
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::HeadersTooLarge => "headers_too_large",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::QuotaExceeded => "quota_exceeded",
             ErrorKind::FaultAbort { .. } => "fault_abort",

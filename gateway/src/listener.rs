@@ -12,16 +12,18 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::h1;
 use crate::metrics as m;
-use crate::proxy::Body;
+use crate::prefixed_io::PrefixedIo;
+use crate::proxy::{self, Body};
 use crate::tls::PeerIdentity;
 use crate::wake_gate::WakeGate;
 
@@ -263,18 +265,11 @@ impl Drop for InFlight {
     }
 }
 
-/// Builds the hyper connection builder with the limits applied (and hyper's timer set: without it the
-/// header read timeout does nothing).
-pub fn http_builder(limits: &ConnLimits) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .max_headers(limits.max_headers)
-        .keep_alive(true);
-    b.http2()
-        .timer(TokioTimer::new())
+/// Builds hyper's HTTP/2 connection builder with the limits applied (and hyper's timer set: without it the
+/// keep-alive pings do nothing). HTTP/1.1 is served by [`h1`].
+fn h2_builder(limits: &ConnLimits) -> http2::Builder<TokioExecutor> {
+    let mut b = http2::Builder::new(TokioExecutor::new());
+    b.timer(TokioTimer::new())
         .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_pending_accept_reset_streams(limits.h2_max_pending_accept_reset_streams)
         .max_local_error_reset_streams(limits.h2_max_local_error_reset_streams)
@@ -297,10 +292,10 @@ pub async fn serve<H, F>(
     mut shutdown: watch::Receiver<bool>,
     tracker: Arc<ConnTracker>,
 ) where
-    H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Arc<ConnInfo>, Request<Body>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let builder = Arc::new(http_builder(&limits));
+    let builder = Arc::new(h2_builder(&limits));
     let limits = Arc::new(limits);
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let local = listener.local_addr().ok();
@@ -337,7 +332,7 @@ pub async fn serve<H, F>(
 }
 
 struct ConnSetup {
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<http2::Builder<TokioExecutor>>,
     limits: Arc<ConnLimits>,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     local: SocketAddr,
@@ -349,14 +344,14 @@ impl ConnSetup {
     /// Serves the connection; `guard` counts it as open until its socket is about to close.
     async fn run<H, F>(self, stream: TcpStream, handler: H, guard: ConnGuard)
     where
-        H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        H: Fn(Arc<ConnInfo>, Request<Body>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Response<Body>> + Send + 'static,
     {
         match &self.acceptor {
             None => {
                 metrics::counter!(m::CONNECTIONS, "listener" => "data", "protocol" => "tcp").increment(1);
                 let info = ConnInfo::new(self.peer, self.local, false, None);
-                self.serve_io(stream, info, handler, guard).await;
+                self.serve_io(stream, info, false, handler, guard).await;
             }
             Some(acceptor) => {
                 let handshake = acceptor.accept(stream);
@@ -380,22 +375,52 @@ impl ConnSetup {
                     .peer_certificates()
                     .and_then(|certs| certs.first())
                     .and_then(|c| PeerIdentity::from_der(c));
+                let alpn_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                 let info = ConnInfo::new(self.peer, self.local, true, identity);
-                self.serve_io(tls, info, handler, guard).await;
+                self.serve_io(tls, info, alpn_h2, handler, guard).await;
             }
         }
     }
 
-    /// Serves HTTP on `io`. The connection stops counting as open (`guard`) just before its socket is
+    /// Serves HTTP on `io`: HTTP/2 when ALPN chose it (`alpn_h2`) or the client opens with the HTTP/2 preface,
+    /// HTTP/1.1 otherwise. The connection stops counting as open (`guard`) just before its socket is
     /// dropped, so a client that sees its connection closed also sees the gateway count it closed (the
     /// count lives on another thread than the client's task when there are several workers).
-    async fn serve_io<I, H, F>(self, io: I, info: ConnInfo, handler: H, guard: ConnGuard)
+    async fn serve_io<I, H, F>(self, io: I, info: ConnInfo, alpn_h2: bool, handler: H, guard: ConnGuard)
     where
         I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-        H: Fn(Arc<ConnInfo>, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        H: Fn(Arc<ConnInfo>, Request<Body>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Response<Body>> + Send + 'static,
     {
         let info = Arc::new(info);
+        if alpn_h2 {
+            return self.serve_h2(io, info, handler, guard).await;
+        }
+        let ended = h1::serve(
+            io,
+            Arc::clone(&info),
+            Arc::clone(&self.limits),
+            handler.clone(),
+            self.shutdown.clone(),
+            guard,
+        )
+        .await;
+        match ended {
+            h1::Ended::Closed => {}
+            h1::Ended::Http2 { io, read, guard } => {
+                self.serve_h2(PrefixedIo::new(read, io), info, handler, guard)
+                    .await;
+            }
+        }
+    }
+
+    /// Serves HTTP/2 on `io` until the client is done, the connection idles out or the gateway shuts down.
+    async fn serve_h2<I, H, F>(self, io: I, info: Arc<ConnInfo>, handler: H, guard: ConnGuard)
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+        H: Fn(Arc<ConnInfo>, Request<Body>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response<Body>> + Send + 'static,
+    {
         let activity = Arc::new(Activity::new());
         let svc = {
             let activity = Arc::clone(&activity);
@@ -404,7 +429,7 @@ impl ConnSetup {
                 activity.in_flight.fetch_add(1, Ordering::AcqRel);
                 activity.seen_request.store(true, Ordering::Release);
                 let in_flight = InFlight(Arc::clone(&activity));
-                let fut = handler(Arc::clone(&info), req);
+                let fut = handler(Arc::clone(&info), req.map(proxy::boxed));
                 async move {
                     let resp = fut.await;
                     drop(in_flight);

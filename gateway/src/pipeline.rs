@@ -15,7 +15,6 @@ use futures::future::BoxFuture;
 use http::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::bridge;
@@ -41,7 +40,7 @@ const PEEK_LIMIT: usize = 4 << 20;
 type ReqBody = ReplayBody<Body>;
 
 /// Handles one request on `state`'s running rules. Never fails: every error becomes a response here.
-pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<Body>) -> Response<Body> {
     let started = Instant::now();
     let grpc = bridge::is_grpc(req.headers());
     let rules = state.snapshot();
@@ -107,7 +106,7 @@ async fn run(
     state: &Arc<RuntimeState>,
     rules: &Arc<Rules>,
     conn: &Arc<ConnInfo>,
-    req: Request<Incoming>,
+    req: Request<Body>,
     started: Instant,
     labels: &mut Labels,
 ) -> Result<Response<Body>, GatewayError> {

@@ -1,0 +1,405 @@
+//! Request bodies: decoding `Content-Length` and chunked framing out of the connection's read buffer, and the
+//! body the pipeline reads when the bytes have not all arrived with the head.
+//!
+//! A body that was cut short (the client closed, or sent broken chunks) ends with an error, never with a
+//! clean end of stream: the upstream must not take half a tensor for a whole one.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Frame, SizeHint};
+use tokio::sync::mpsc;
+
+use crate::proxy::BoxError;
+
+/// The longest chunk-size line (size, extensions, CRLF) or trailer line accepted.
+const MAX_LINE: usize = 4096;
+
+/// What the decoder found in the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// Body bytes.
+    Data(Bytes),
+    /// The body is complete.
+    End,
+    /// The buffer holds no more of the body; read from the connection.
+    NeedMore,
+}
+
+/// Why a body could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// The framing is broken; the text names how.
+    #[error("malformed chunked request body: {0}")]
+    Malformed(&'static str),
+    /// The client closed the connection before the body ended.
+    #[error("the client closed the connection before the request body ended")]
+    Truncated,
+}
+
+/// Decodes one request body from the connection's read buffer, leaving whatever follows it there.
+#[derive(Debug)]
+pub enum Decoder {
+    /// A `Content-Length` body.
+    Length {
+        /// Bytes still to come.
+        remaining: u64,
+    },
+    /// A chunked body.
+    Chunked(ChunkState),
+    /// The body has been read to its end.
+    Done,
+}
+
+/// Where a chunked decoder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkState {
+    /// Reading a chunk-size line.
+    Size,
+    /// Inside a chunk's data.
+    Data(u64),
+    /// Expecting the CRLF after a chunk's data.
+    DataEnd,
+    /// Reading trailer lines after the last chunk.
+    Trailers {
+        /// Trailer bytes so far.
+        seen: usize,
+    },
+}
+
+impl Decoder {
+    /// A decoder for a `Content-Length` body.
+    pub fn length(n: u64) -> Decoder {
+        if n == 0 {
+            Decoder::Done
+        } else {
+            Decoder::Length { remaining: n }
+        }
+    }
+
+    /// A decoder for a chunked body.
+    pub fn chunked() -> Decoder {
+        Decoder::Chunked(ChunkState::Size)
+    }
+
+    /// Whether the whole body has been decoded.
+    pub fn is_done(&self) -> bool {
+        matches!(self, Decoder::Done)
+    }
+
+    /// The next piece of the body from `buf`. Trailers are read and dropped (the bridge to HTTP/2 does not
+    /// forward them); `max_trailer_bytes` bounds them.
+    pub fn decode(&mut self, buf: &mut BytesMut, max_trailer_bytes: usize) -> Result<Decoded, BodyError> {
+        loop {
+            match self {
+                Decoder::Done => return Ok(Decoded::End),
+                Decoder::Length { remaining } => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let take = usize::try_from(*remaining).map_or(buf.len(), |r| r.min(buf.len()));
+                    *remaining -= take as u64;
+                    let data = buf.split_to(take).freeze();
+                    if *remaining == 0 {
+                        *self = Decoder::Done;
+                    }
+                    return Ok(Decoded::Data(data));
+                }
+                Decoder::Chunked(state) => match *state {
+                    ChunkState::Size => {
+                        let Some(line) = take_line(buf)? else {
+                            return Ok(Decoded::NeedMore);
+                        };
+                        let size = chunk_size(&line)?;
+                        *state = if size == 0 {
+                            ChunkState::Trailers { seen: 0 }
+                        } else {
+                            ChunkState::Data(size)
+                        };
+                    }
+                    ChunkState::Data(remaining) => {
+                        if buf.is_empty() {
+                            return Ok(Decoded::NeedMore);
+                        }
+                        let take = usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()));
+                        let left = remaining - take as u64;
+                        *state = if left == 0 {
+                            ChunkState::DataEnd
+                        } else {
+                            ChunkState::Data(left)
+                        };
+                        return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                    }
+                    ChunkState::DataEnd => {
+                        if buf.len() < 2 {
+                            return Ok(Decoded::NeedMore);
+                        }
+                        if &buf[..2] != b"\r\n" {
+                            return Err(BodyError::Malformed("chunk data is not followed by CRLF"));
+                        }
+                        buf.advance(2);
+                        *state = ChunkState::Size;
+                    }
+                    ChunkState::Trailers { seen } => {
+                        let Some(line) = take_line(buf)? else {
+                            return Ok(Decoded::NeedMore);
+                        };
+                        if line.is_empty() {
+                            *self = Decoder::Done;
+                            return Ok(Decoded::End);
+                        }
+                        let seen = seen + line.len() + 2;
+                        if seen > max_trailer_bytes {
+                            return Err(BodyError::Malformed(
+                                "the trailers are larger than max_header_bytes",
+                            ));
+                        }
+                        *state = ChunkState::Trailers { seen };
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// Takes one CRLF-terminated line (without the CRLF) off the front of `buf`, if it is all there.
+fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, BodyError> {
+    match buf.iter().take(MAX_LINE).position(|&b| b == b'\n') {
+        Some(nl) => {
+            if nl == 0 || buf[nl - 1] != b'\r' {
+                return Err(BodyError::Malformed("a line ends in a bare LF"));
+            }
+            let mut line = buf.split_to(nl + 1);
+            line.truncate(nl - 1);
+            Ok(Some(line))
+        }
+        None if buf.len() >= MAX_LINE => {
+            Err(BodyError::Malformed("a chunk-size or trailer line is too long"))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The size in a chunk-size line: hex digits, then optional extensions (ignored) after `;`.
+fn chunk_size(line: &[u8]) -> Result<u64, BodyError> {
+    let digits_end = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
+    let (digits, rest) = line.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(BodyError::Malformed("a chunk size is not a hex number"));
+    }
+    let rest = rest.trim_ascii_start();
+    if !rest.is_empty() && rest[0] != b';' {
+        return Err(BodyError::Malformed(
+            "a chunk size is followed by something other than an extension",
+        ));
+    }
+    if digits.len() > 15 {
+        return Err(BodyError::Malformed("a chunk size is too large"));
+    }
+    Ok(digits.iter().fold(0u64, |n, &d| n * 16 + u64::from(hex_value(d))))
+}
+
+fn hex_value(d: u8) -> u8 {
+    match d {
+        b'0'..=b'9' => d - b'0',
+        b'a'..=b'f' => d - b'a' + 10,
+        _ => d - b'A' + 10,
+    }
+}
+
+/// What the connection sends the body the pipeline reads.
+#[derive(Debug)]
+pub enum Event {
+    /// Body bytes.
+    Data(Bytes),
+    /// The body ended cleanly.
+    End,
+    /// The body cannot be completed.
+    Failed(BodyError),
+}
+
+/// The sending half: the connection feeds it from the socket.
+pub type Sender = mpsc::Sender<Event>;
+
+/// A request body that arrives after its head, fed by the connection task.
+#[derive(Debug)]
+pub struct Incoming {
+    rx: mpsc::Receiver<Event>,
+    /// Bytes still to come, when the length was declared.
+    remaining: Option<u64>,
+    ended: bool,
+}
+
+/// A channel for one request body; `length` is the declared `Content-Length`, if any.
+pub fn channel(length: Option<u64>) -> (Sender, Incoming) {
+    // One message in flight: the connection reads the next piece once the pipeline has taken this one, so
+    // a slow upstream slows the client down instead of the gateway buffering the body.
+    let (tx, rx) = mpsc::channel(1);
+    (
+        tx,
+        Incoming {
+            rx,
+            remaining: length,
+            ended: false,
+        },
+    )
+}
+
+impl http_body::Body for Incoming {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Event::Data(data))) => {
+                if let Some(r) = &mut self.remaining {
+                    *r = r.saturating_sub(data.len() as u64);
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Poll::Ready(Some(Event::End)) => {
+                self.ended = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Event::Failed(e))) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(BodyError::Truncated.into())))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.remaining {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decodes all of `input`, returning the body and what is left in the buffer.
+    fn decode_all(mut decoder: Decoder, input: &[u8]) -> Result<(Vec<u8>, Vec<u8>), BodyError> {
+        let mut buf = BytesMut::from(input);
+        let mut body = Vec::new();
+        loop {
+            match decoder.decode(&mut buf, 1024)? {
+                Decoded::Data(d) => body.extend_from_slice(&d),
+                Decoded::End => return Ok((body, buf.to_vec())),
+                Decoded::NeedMore => return Err(BodyError::Truncated),
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_decode_and_what_follows_stays_in_the_buffer() {
+        let input = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nx-trailer: t\r\n\r\nGET / HTTP/1.1\r\n";
+        let (body, rest) = decode_all(Decoder::chunked(), input).unwrap();
+        assert_eq!(body, b"hello world");
+        assert_eq!(rest, b"GET / HTTP/1.1\r\n");
+        let (body, rest) = decode_all(Decoder::chunked(), b"A\r\n0123456789\r\n0\r\n\r\n").unwrap();
+        assert_eq!((body.len(), rest.len()), (10, 0));
+    }
+
+    #[test]
+    fn chunks_split_anywhere_decode_the_same() {
+        let input = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+        for split in 1..input.len() {
+            let mut decoder = Decoder::chunked();
+            let mut buf = BytesMut::from(&input[..split]);
+            let mut body = Vec::new();
+            let mut fed = false;
+            loop {
+                match decoder.decode(&mut buf, 1024).unwrap() {
+                    Decoded::Data(d) => body.extend_from_slice(&d),
+                    Decoded::End => break,
+                    Decoded::NeedMore => {
+                        assert!(!fed, "split at {split}: stuck");
+                        buf.extend_from_slice(&input[split..]);
+                        fed = true;
+                    }
+                }
+            }
+            assert_eq!(body, b"hello world", "split at {split}");
+        }
+    }
+
+    #[test]
+    fn broken_chunks_are_errors() {
+        for bad in [
+            &b"zz\r\nhello\r\n0\r\n\r\n"[..],
+            b"5\r\nhelloXX0\r\n\r\n",
+            b"5\nhello\r\n0\r\n\r\n",
+            b"1000000000000000\r\n",
+            b"5 x\r\nhello\r\n0\r\n\r\n",
+        ] {
+            assert!(
+                matches!(decode_all(Decoder::chunked(), bad), Err(BodyError::Malformed(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let long = vec![b'1'; MAX_LINE + 1];
+        assert!(matches!(
+            decode_all(Decoder::chunked(), &long),
+            Err(BodyError::Malformed(_))
+        ));
+        let mut trailers = b"0\r\n".to_vec();
+        for _ in 0..100 {
+            trailers.extend_from_slice(b"x-t: 0123456789\r\n");
+        }
+        assert!(matches!(
+            decode_all(Decoder::chunked(), &trailers),
+            Err(BodyError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_length_body_takes_exactly_its_bytes() {
+        let (body, rest) = decode_all(Decoder::length(5), b"helloGET").unwrap();
+        assert_eq!((body.as_slice(), rest.as_slice()), (&b"hello"[..], &b"GET"[..]));
+        assert!(matches!(
+            decode_all(Decoder::length(9), b"hello"),
+            Err(BodyError::Truncated)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_body_whose_sender_goes_away_early_ends_in_an_error() {
+        use http_body_util::BodyExt;
+        let (tx, body) = channel(Some(10));
+        tx.send(Event::Data(Bytes::from_static(b"hello"))).await.unwrap();
+        drop(tx);
+        let err = body.collect().await.unwrap_err();
+        assert!(err.to_string().contains("closed the connection"), "{err}");
+
+        let (tx, body) = channel(None);
+        tokio::spawn(async move {
+            tx.send(Event::Data(Bytes::from_static(b"he"))).await.unwrap();
+            tx.send(Event::Data(Bytes::from_static(b"llo"))).await.unwrap();
+            tx.send(Event::End).await.unwrap();
+        });
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"hello");
+    }
+}

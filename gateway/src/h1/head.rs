@@ -1,0 +1,523 @@
+//! Request heads in, response heads out: parsing an HTTP/1.1 request head (RFC 9112) straight into an
+//! [`http::Request`], deciding how its body is framed, and writing a response head.
+//!
+//! Header values are slices of the received bytes (no copy); the header map is sized for the headers the
+//! pipeline adds (`x-request-id`, `x-forwarded-for`) so adding them does not grow it.
+
+use std::mem::MaybeUninit;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, EXPECT, HeaderMap, HeaderName, HeaderValue, TRANSFER_ENCODING,
+};
+use http::{Method, Request, StatusCode, Uri, Version};
+
+/// Headers the pipeline may add to a request; the map is allocated with room for them.
+const ADDED_HEADERS: usize = 4;
+
+/// Header slots on the stack; a listener allowing more headers than this parses into a heap buffer.
+const STACK_HEADERS: usize = 128;
+
+/// How a message's body is delimited (RFC 9112 §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    Empty,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// A parsed request head.
+#[derive(Debug)]
+pub struct RequestHead {
+    /// The request without its body.
+    pub request: Request<()>,
+    /// How the body that follows is delimited.
+    pub framing: Framing,
+    /// Whether the client lets the connection carry another request after this one.
+    pub keep_alive: bool,
+    /// Whether the client waits for `100 Continue` before sending the body.
+    pub expect_continue: bool,
+}
+
+/// Why a request head was refused. The connection is answered and closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadError {
+    /// The head is larger than the listener's `max_header_bytes`.
+    TooLarge(usize),
+    /// The head has more headers than the listener's `max_headers`.
+    TooManyHeaders(usize),
+    /// A transfer coding other than `chunked`.
+    UnsupportedCoding(String),
+    /// Anything else malformed; the text names what.
+    Malformed(String),
+}
+
+impl HeadError {
+    /// The message the client reads, naming the problem and the fix.
+    pub fn message(&self) -> String {
+        match self {
+            HeadError::TooLarge(limit) => format!(
+                "the request head is larger than this listener's max_header_bytes ({limit} bytes); send fewer or smaller headers"
+            ),
+            HeadError::TooManyHeaders(limit) => format!(
+                "the request has more headers than this listener's max_headers ({limit}); send fewer headers"
+            ),
+            HeadError::UnsupportedCoding(coding) => format!(
+                "transfer-encoding '{coding}' is not supported; send the body with 'transfer-encoding: chunked' or a content-length"
+            ),
+            HeadError::Malformed(what) => format!("malformed HTTP/1.1 request: {what}"),
+        }
+    }
+}
+
+/// Where one header's name and value lie in the head: (start, length) of each.
+#[derive(Debug, Clone, Copy)]
+pub struct HeaderSpan {
+    name: (usize, usize),
+    value: (usize, usize),
+}
+
+/// The request line and header positions httparse found, as offsets into the head.
+struct Spans {
+    method: (usize, usize),
+    target: (usize, usize),
+    version: u8,
+    len: usize,
+}
+
+/// Parses a complete request head at the start of `buf` and takes it (not the body) out of `buf`.
+/// `Ok(None)`: the head is not complete yet, read more. `scratch` is reused between requests.
+pub fn parse(
+    buf: &mut BytesMut,
+    max_headers: usize,
+    max_header_bytes: usize,
+    scratch: &mut Vec<HeaderSpan>,
+) -> Result<Option<RequestHead>, HeadError> {
+    let spans = if max_headers <= STACK_HEADERS {
+        let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
+        locate(buf, &mut slots[..max_headers], max_headers, scratch)?
+    } else {
+        let mut slots: Vec<MaybeUninit<httparse::Header<'_>>> = Vec::with_capacity(max_headers);
+        slots.resize_with(max_headers, MaybeUninit::uninit);
+        locate(buf, &mut slots, max_headers, scratch)?
+    };
+    let Some(spans) = spans else {
+        if buf.len() >= max_header_bytes {
+            return Err(HeadError::TooLarge(max_header_bytes));
+        }
+        return Ok(None);
+    };
+    if spans.len > max_header_bytes {
+        return Err(HeadError::TooLarge(max_header_bytes));
+    }
+    let head = buf.split_to(spans.len).freeze();
+    build(&head, &spans, scratch).map(Some)
+}
+
+/// Runs httparse over `buf`, recording where each part lies.
+fn locate<'b>(
+    buf: &'b [u8],
+    slots: &mut [MaybeUninit<httparse::Header<'b>>],
+    max_headers: usize,
+    scratch: &mut Vec<HeaderSpan>,
+) -> Result<Option<Spans>, HeadError> {
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, slots) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders(max_headers)),
+        Err(e) => return Err(HeadError::Malformed(e.to_string())),
+    };
+    let base = buf.as_ptr() as usize;
+    let span = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Malformed("incomplete request line".into()));
+    };
+    scratch.clear();
+    for h in req.headers.iter() {
+        scratch.push(HeaderSpan {
+            name: span(h.name.as_bytes()),
+            value: span(h.value),
+        });
+    }
+    Ok(Some(Spans {
+        method: span(method.as_bytes()),
+        target: span(target.as_bytes()),
+        version,
+        len,
+    }))
+}
+
+/// Builds the request and its framing from the located parts of `head`.
+fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestHead, HeadError> {
+    let at = |(start, len): (usize, usize)| &head[start..start + len];
+    let method =
+        Method::from_bytes(at(spans.method)).map_err(|_| HeadError::Malformed("invalid method".into()))?;
+    let (t, tl) = spans.target;
+    let uri = Uri::from_maybe_shared(head.slice(t..t + tl))
+        .map_err(|e| HeadError::Malformed(format!("invalid request target: {e}")))?;
+    let version = if spans.version == 1 {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+
+    let mut headers = HeaderMap::with_capacity(scratch.len() + ADDED_HEADERS);
+    for span in scratch {
+        let name = HeaderName::from_bytes(at(span.name))
+            .map_err(|_| HeadError::Malformed("invalid header name".into()))?;
+        let (v, vl) = span.value;
+        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
+            .map_err(|_| HeadError::Malformed(format!("invalid value in header '{name}'")))?;
+        headers.append(name, value);
+    }
+    let framing = framing(&headers, version)?;
+    let keep_alive = match version {
+        Version::HTTP_11 => !has_token(&headers, &CONNECTION, "close"),
+        _ => has_token(&headers, &CONNECTION, "keep-alive"),
+    };
+    let expect_continue = version == Version::HTTP_11
+        && headers
+            .get(EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = version;
+    *request.headers_mut() = headers;
+    Ok(RequestHead {
+        request,
+        framing,
+        keep_alive,
+        expect_continue,
+    })
+}
+
+/// The request body's framing. Both `Transfer-Encoding` and `Content-Length`, conflicting lengths and
+/// transfer codings on HTTP/1.0 are refused: each is a way to make two parsers disagree about where a
+/// request ends (request smuggling).
+fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, HeadError> {
+    let mut codings = headers.get_all(TRANSFER_ENCODING).iter().peekable();
+    if codings.peek().is_some() {
+        if version != Version::HTTP_11 {
+            return Err(HeadError::Malformed(
+                "transfer-encoding in an HTTP/1.0 request".into(),
+            ));
+        }
+        if headers.contains_key(CONTENT_LENGTH) {
+            return Err(HeadError::Malformed(
+                "both transfer-encoding and content-length are set; send one".into(),
+            ));
+        }
+        let mut all = Vec::new();
+        for value in codings {
+            let text = value
+                .to_str()
+                .map_err(|_| HeadError::Malformed("invalid transfer-encoding".into()))?;
+            all.extend(text.split(',').map(str::trim).filter(|c| !c.is_empty()));
+        }
+        return match all.as_slice() {
+            [only] if only.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
+            _ => Err(HeadError::UnsupportedCoding(all.join(", "))),
+        };
+    }
+    let mut length = None;
+    for value in headers.get_all(CONTENT_LENGTH) {
+        let n = parse_length(value.as_bytes())
+            .ok_or_else(|| HeadError::Malformed("content-length is not a number".into()))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(HeadError::Malformed("conflicting content-length values".into()));
+        }
+        length = Some(n);
+    }
+    Ok(match length {
+        None | Some(0) => Framing::Empty,
+        Some(n) => Framing::Length(n),
+    })
+}
+
+/// A `Content-Length` value: decimal digits only, no sign, no list.
+pub fn parse_length(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || text.len() > 19 {
+        return None;
+    }
+    text.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
+/// Whether a comma-separated header lists `token` (case-insensitive).
+fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    })
+}
+
+/// How a response body is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseFraming {
+    /// Nothing follows the head (HEAD requests, 1xx, 204, 304).
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked (HTTP/1.1 clients, length unknown).
+    Chunked,
+    /// Until the connection closes (HTTP/1.0 clients, length unknown).
+    UntilClose,
+}
+
+/// Writes the status line and headers of a response into `out`. `keep_alive` says whether the connection
+/// stays open afterwards; `http10` whether the client spoke HTTP/1.0 (which needs keep-alive said).
+/// Hop-by-hop headers are the gateway's to write: any in `headers` are skipped.
+pub fn write_head(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    framing: ResponseFraming,
+    keep_alive: bool,
+    http10: bool,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut has_date = false;
+    for (name, value) in headers {
+        if name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH {
+            continue;
+        }
+        has_date |= name == http::header::DATE;
+        header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if !has_date {
+        with_date(|date| header(out, b"date", date));
+    }
+    match framing {
+        ResponseFraming::Length(n) => {
+            let mut digits = itoa_buffer();
+            header(out, b"content-length", format_u64(n, &mut digits));
+        }
+        ResponseFraming::Chunked => header(out, b"transfer-encoding", b"chunked"),
+        ResponseFraming::None => {
+            // A HEAD response says the length the body would have had.
+            if let Some(v) = headers.get(CONTENT_LENGTH) {
+                header(out, b"content-length", v.as_bytes());
+            }
+        }
+        ResponseFraming::UntilClose => {}
+    }
+    if !keep_alive {
+        header(out, b"connection", b"close");
+    } else if http10 {
+        header(out, b"connection", b"keep-alive");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn itoa_buffer() -> [u8; 20] {
+    [0; 20]
+}
+
+/// `n` in decimal, written at the end of `buf`.
+pub fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+thread_local! {
+    /// The `date` header value, formatted once per second per worker thread.
+    static DATE: std::cell::RefCell<(u64, [u8; 29])> = const { std::cell::RefCell::new((u64::MAX, [0; 29])) };
+}
+
+/// Calls `f` with the current `date` header value (IMF-fixdate, RFC 9110 §5.6.7).
+fn with_date(f: impl FnOnce(&[u8])) {
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            let text = httpdate::fmt_http_date(now);
+            if text.len() == 29 {
+                cached.1.copy_from_slice(text.as_bytes());
+                cached.0 = secs;
+            }
+        }
+        f(&cached.1);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(text: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+        let mut buf = BytesMut::from(text);
+        parse(&mut buf, 100, 16 << 10, &mut Vec::new())
+    }
+
+    #[test]
+    fn a_head_becomes_a_request_and_leaves_the_body_in_the_buffer() {
+        let mut buf = BytesMut::from(&b"POST /v2/models/m/infer?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX-A: 1\r\nx-a: 2\r\n\r\nhello"[..]);
+        let head = parse(&mut buf, 100, 16 << 10, &mut Vec::new()).unwrap().unwrap();
+        assert_eq!(&buf[..], b"hello");
+        let r = &head.request;
+        assert_eq!(r.method(), Method::POST);
+        assert_eq!(r.uri().path(), "/v2/models/m/infer");
+        assert_eq!(r.uri().query(), Some("x=1"));
+        assert_eq!(r.version(), Version::HTTP_11);
+        assert_eq!(r.headers()["host"], "a");
+        assert_eq!(r.headers().get_all("x-a").iter().count(), 2);
+        assert_eq!(head.framing, Framing::Length(5));
+        assert!(head.keep_alive);
+        assert!(!head.expect_continue);
+    }
+
+    #[test]
+    fn an_incomplete_head_asks_for_more_until_it_is_too_large() {
+        assert!(parse_all(b"GET / HTTP/1.1\r\nhost: a\r\n").unwrap().is_none());
+        let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nx-big: "[..]);
+        buf.extend_from_slice(&[b'a'; 200]);
+        assert_eq!(
+            parse(&mut buf, 100, 128, &mut Vec::new()).unwrap_err(),
+            HeadError::TooLarge(128)
+        );
+    }
+
+    #[test]
+    fn too_many_headers_are_refused_with_the_limit() {
+        let mut text = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..5 {
+            text.extend_from_slice(format!("x-{i}: v\r\n").as_bytes());
+        }
+        text.extend_from_slice(b"\r\n");
+        let mut buf = BytesMut::from(&text[..]);
+        assert_eq!(
+            parse(&mut buf, 4, 1 << 10, &mut Vec::new()).unwrap_err(),
+            HeadError::TooManyHeaders(4)
+        );
+        let mut buf = BytesMut::from(&text[..]);
+        assert!(parse(&mut buf, 5, 1 << 10, &mut Vec::new()).unwrap().is_some());
+    }
+
+    #[test]
+    fn ambiguous_framing_is_refused() {
+        let both = b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n";
+        assert!(matches!(parse_all(both), Err(HeadError::Malformed(m)) if m.contains("both")));
+        let two = b"POST / HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n";
+        assert!(matches!(parse_all(two), Err(HeadError::Malformed(m)) if m.contains("conflicting")));
+        let signed = b"POST / HTTP/1.1\r\ncontent-length: +3\r\n\r\n";
+        assert!(matches!(parse_all(signed), Err(HeadError::Malformed(_))));
+        let gzip = b"POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n";
+        assert!(matches!(parse_all(gzip), Err(HeadError::UnsupportedCoding(c)) if c == "gzip, chunked"));
+        let old = b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert!(matches!(parse_all(old), Err(HeadError::Malformed(_))));
+        let same = b"POST / HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 3\r\n\r\n";
+        assert_eq!(parse_all(same).unwrap().unwrap().framing, Framing::Length(3));
+        let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n";
+        assert_eq!(parse_all(chunked).unwrap().unwrap().framing, Framing::Chunked);
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_the_connection_header() {
+        let ka = |t: &[u8]| parse_all(t).unwrap().unwrap().keep_alive;
+        assert!(ka(b"GET / HTTP/1.1\r\n\r\n"));
+        assert!(!ka(b"GET / HTTP/1.1\r\nconnection: Close\r\n\r\n"));
+        assert!(!ka(b"GET / HTTP/1.0\r\n\r\n"));
+        assert!(ka(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n"));
+        let head = parse_all(b"PUT / HTTP/1.1\r\nexpect: 100-Continue\r\ncontent-length: 1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(head.expect_continue);
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        assert!(matches!(
+            parse_all(b"GET / HTTP/1.1\r\nbad header\r\n\r\n"),
+            Err(HeadError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_all(b"\x00\x01\x02 / HTTP/1.1\r\n\r\n"),
+            Err(HeadError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_all(b"GET / HTTP/2.0\r\n\r\n"),
+            Err(HeadError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn response_heads_carry_the_framing_the_gateway_chose() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert("connection", HeaderValue::from_static("upgrade"));
+        let mut out = Vec::new();
+        write_head(
+            &mut out,
+            StatusCode::OK,
+            &headers,
+            ResponseFraming::Length(12),
+            true,
+            false,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(text.contains("content-type: application/json\r\n"), "{text}");
+        assert!(text.contains("content-length: 12\r\n"), "{text}");
+        assert!(text.contains("\r\ndate: "), "{text}");
+        assert!(
+            !text.contains("upgrade"),
+            "hop-by-hop headers are the gateway's: {text}"
+        );
+        assert!(text.ends_with("\r\n\r\n"));
+
+        let mut out = Vec::new();
+        write_head(
+            &mut out,
+            StatusCode::BAD_GATEWAY,
+            &HeaderMap::new(),
+            ResponseFraming::Chunked,
+            false,
+            false,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{text}");
+        assert!(
+            text.contains("transfer-encoding: chunked\r\nconnection: close\r\n\r\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn lengths_are_decimal_digits_only() {
+        assert_eq!(parse_length(b"0"), Some(0));
+        assert_eq!(parse_length(b"18446744073709551615"), None);
+        assert_eq!(parse_length(b"1234567890123456789"), Some(1234567890123456789));
+        assert_eq!(parse_length(b"1 2"), None);
+        assert_eq!(parse_length(b""), None);
+        let mut buf = [0; 20];
+        assert_eq!(format_u64(0, &mut buf), b"0");
+        assert_eq!(format_u64(u64::MAX, &mut buf), b"18446744073709551615");
+    }
+}

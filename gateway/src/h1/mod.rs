@@ -1,0 +1,534 @@
+//! The server side of an HTTP/1.1 client connection, written for the gateway's one job: read a request head
+//! into an [`http::Request`], hand it to the pipeline, write the response back, and do it again.
+//!
+//! Why not hyper's HTTP/1.1 server: it cost ≈ 12,000 instructions per proxied request (callgrind, its
+//! dispatcher, header parsing into its own structures and then a header map, its write queue), a quarter of
+//! the gateway's whole cost per request and the largest item. This parses with httparse straight into the
+//! request the pipeline reads (header values are slices of the bytes read), writes each response head and a
+//! small body with one system call, and keeps the connection's limits in one place: the head must arrive
+//! within `header_read_timeout` (slowloris), be at most `max_header_bytes` with at most `max_headers`
+//! headers (431 beyond), and an idle connection closes after `idle_timeout`.
+//!
+//! Requests are served one after another (pipelined requests wait in the read buffer). A body that did not
+//! arrive with its head streams to the pipeline while the response is awaited; a connection whose request
+//! body was not read to its end is closed after the response, since where the next request starts is then
+//! unknown. A client that opens with the HTTP/2 preface (h2c by prior knowledge) is handed back to the
+//! listener with the bytes read, to be served as HTTP/2.
+
+pub mod body;
+pub mod head;
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::CONTENT_LENGTH;
+use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+
+use crate::error::{ErrorKind, GatewayError};
+use crate::listener::{ConnInfo, ConnLimits};
+use crate::proxy::{self, Body};
+use body::{BodyError, Decoded, Decoder, Event};
+use head::{Framing, HeadError, HeaderSpan, RequestHead, ResponseFraming};
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Response bytes gathered before they are written; a data frame at least this large is written directly.
+const WRITE_CHUNK: usize = 16 << 10;
+
+/// Room kept free in the read buffer before each read.
+const READ_RESERVE: usize = 8 << 10;
+
+/// How long a closing connection keeps reading (and dropping) what the client still sends, so that the
+/// close does not reset the connection before the client has read the response.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// The most a closing connection reads and drops while lingering.
+const LINGER_BYTES: usize = 256 << 10;
+
+/// How an HTTP/1.1 connection ended.
+pub enum Ended<I, G> {
+    /// It is closed.
+    Closed,
+    /// The client opened with the HTTP/2 preface: serve `io` as HTTP/2, starting with the bytes `read`.
+    Http2 {
+        /// The connection.
+        io: I,
+        /// What was read from it so far (the preface, and perhaps more).
+        read: Bytes,
+        /// The guard passed in, still held.
+        guard: G,
+    },
+}
+
+/// Serves HTTP/1.1 requests on `io` with `handler` until the client closes, the connection idles out, a
+/// request asks to close, or `shutdown` turns true (the request in flight is answered first). `guard` is
+/// dropped just before the socket is closed, so that whoever it counts for sees the connection gone no
+/// later than the client does.
+pub async fn serve<I, G, H, F>(
+    io: I,
+    info: Arc<ConnInfo>,
+    limits: Arc<ConnLimits>,
+    handler: H,
+    shutdown: watch::Receiver<bool>,
+    guard: G,
+) -> Ended<I, G>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    H: Fn(Arc<ConnInfo>, Request<Body>) -> F,
+    F: Future<Output = Response<Body>>,
+{
+    let mut conn = Connection {
+        io,
+        read: BytesMut::with_capacity(READ_RESERVE),
+        write: Vec::with_capacity(READ_RESERVE),
+        timer: Box::pin(tokio::time::sleep(limits.header_read_timeout)),
+        opened: Instant::now(),
+        limits,
+        shutdown,
+        spans: Vec::new(),
+        guard: Some(guard),
+    };
+    let mut first = true;
+    loop {
+        let head = match conn.next_head(first).await {
+            Next::Head(head) => head,
+            Next::Close => break,
+            Next::Http2 => {
+                if let Some(guard) = conn.guard.take() {
+                    return Ended::Http2 {
+                        io: conn.io,
+                        read: conn.read.freeze(),
+                        guard,
+                    };
+                }
+                break;
+            }
+            Next::Refuse(e) => {
+                tracing::debug!(peer = %info.peer, error = %e.message(), "refusing a malformed request head");
+                conn.refuse(&e).await;
+                break;
+            }
+        };
+        first = false;
+        if !conn.exchange(head, &info, &handler).await {
+            break;
+        }
+    }
+    // The guard goes first, then the socket (with `conn`).
+    conn.guard = None;
+    Ended::Closed
+}
+
+/// What waiting for the next request head gave. Not boxed: it is made once per request and taken apart at
+/// once, and a box would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Head(RequestHead),
+    Close,
+    Http2,
+    Refuse(HeadError),
+}
+
+/// How feeding a request body to the pipeline went, one step.
+enum Feed {
+    /// A piece was passed on; there is more.
+    More,
+    /// The body ended and the end was passed on.
+    Finished,
+    /// The pipeline dropped the body (it answered without reading it all).
+    Abandoned,
+    /// The body is broken or cut off; the pipeline was told.
+    Failed,
+}
+
+struct Connection<I, G> {
+    io: I,
+    /// Bytes read and not yet consumed: the next head, or body bytes.
+    read: BytesMut,
+    /// Response bytes not yet written.
+    write: Vec<u8>,
+    /// The head-read and idle deadline, reset for each wait.
+    timer: Pin<Box<Sleep>>,
+    opened: Instant,
+    limits: Arc<ConnLimits>,
+    shutdown: watch::Receiver<bool>,
+    /// Header positions, reused between requests.
+    spans: Vec<HeaderSpan>,
+    /// Dropped just before the socket closes (see [`serve`]).
+    guard: Option<G>,
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
+    /// Waits for the next request head. The first must be complete `header_read_timeout` after the
+    /// connection opened (a silent or slow client is cut off); later ones may wait `idle_timeout` for their
+    /// first byte, then have `header_read_timeout` for the rest.
+    async fn next_head(&mut self, first: bool) -> Next {
+        let limits = Arc::clone(&self.limits);
+        let mut head_deadline = if first {
+            Some(self.opened + limits.header_read_timeout)
+        } else if !self.read.is_empty() {
+            Some(Instant::now() + limits.header_read_timeout)
+        } else {
+            None
+        };
+        let idle_deadline = Instant::now() + limits.idle_timeout;
+        loop {
+            if !self.read.is_empty() {
+                if first && H2_PREFACE.starts_with(&self.read[..self.read.len().min(H2_PREFACE.len())]) {
+                    if self.read.len() >= H2_PREFACE.len() {
+                        return Next::Http2;
+                    }
+                } else {
+                    match head::parse(
+                        &mut self.read,
+                        limits.max_headers,
+                        limits.max_header_bytes,
+                        &mut self.spans,
+                    ) {
+                        Ok(Some(head)) => return Next::Head(head),
+                        Ok(None) => {}
+                        Err(e) => return Next::Refuse(e),
+                    }
+                }
+            }
+            let idle = self.read.is_empty();
+            if idle && *self.shutdown.borrow() {
+                return Next::Close;
+            }
+            let deadline = head_deadline.unwrap_or(idle_deadline);
+            if self.timer.deadline() != deadline {
+                self.timer.as_mut().reset(deadline);
+            }
+            self.read.reserve(READ_RESERVE);
+            let read = tokio::select! {
+                biased;
+                r = self.io.read_buf(&mut self.read) => r,
+                () = &mut self.timer => return Next::Close,
+                changed = self.shutdown.changed(), if idle => {
+                    if changed.is_err() {
+                        return Next::Close;
+                    }
+                    continue;
+                }
+            };
+            match read {
+                Ok(0) | Err(_) => return Next::Close,
+                Ok(_) => {
+                    head_deadline.get_or_insert_with(|| Instant::now() + limits.header_read_timeout);
+                }
+            }
+        }
+    }
+
+    /// Serves one request; whether the connection may carry another.
+    async fn exchange<H, F>(&mut self, head: RequestHead, info: &Arc<ConnInfo>, handler: &H) -> bool
+    where
+        H: Fn(Arc<ConnInfo>, Request<Body>) -> F,
+        F: Future<Output = Response<Body>>,
+    {
+        let RequestHead {
+            request,
+            framing,
+            keep_alive,
+            expect_continue,
+        } = head;
+        let head_request = request.method() == Method::HEAD;
+        let http10 = request.version() == Version::HTTP_10;
+        let (body, mut feeding) = match framing {
+            Framing::Empty => (proxy::empty(), None),
+            Framing::Length(n) if (self.read.len() as u64) >= n => {
+                // The whole body came with the head (n fits: it is at most the buffer's length).
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                (proxy::full(self.read.split_to(n).freeze()), None)
+            }
+            Framing::Length(n) => {
+                let (tx, rx) = body::channel(Some(n));
+                (proxy::boxed(rx), Some((tx, Decoder::length(n))))
+            }
+            Framing::Chunked => {
+                let (tx, rx) = body::channel(None);
+                (proxy::boxed(rx), Some((tx, Decoder::chunked())))
+            }
+        };
+        if expect_continue
+            && feeding.is_some()
+            && self.write_now(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+        {
+            return false;
+        }
+        let mut response = std::pin::pin!(handler(Arc::clone(info), request.map(|()| body)));
+        let response = match &mut feeding {
+            None => response.await,
+            Some((tx, decoder)) => {
+                let mut open = true;
+                loop {
+                    if !open {
+                        break response.await;
+                    }
+                    tokio::select! {
+                        biased;
+                        r = response.as_mut() => break r,
+                        step = feed_once(&mut self.io, &mut self.read, decoder, tx, self.limits.max_header_bytes) => {
+                            open = matches!(step, Feed::More);
+                        }
+                    }
+                }
+            }
+        };
+        let body_complete = feeding.as_ref().is_none_or(|(_, decoder)| decoder.is_done());
+        let keep_alive = keep_alive && body_complete && !*self.shutdown.borrow();
+        match self
+            .write_response(response, head_request, http10, keep_alive)
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                self.close(!body_complete).await;
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Answers a head that could not be served, and closes.
+    async fn refuse(&mut self, e: &HeadError) {
+        let kind = match e {
+            HeadError::TooLarge(_) | HeadError::TooManyHeaders(_) => ErrorKind::HeadersTooLarge,
+            HeadError::UnsupportedCoding(_) => ErrorKind::Unsupported,
+            HeadError::Malformed(_) => ErrorKind::BadRequest,
+        };
+        let response = GatewayError::new(kind, e.message()).into_response(false);
+        if self.write_response(response, false, false, false).await.is_ok() {
+            self.close(true).await;
+        }
+    }
+
+    /// Writes `response`; whether the connection stays usable (`keep_alive` and the body went out whole).
+    async fn write_response(
+        &mut self,
+        response: Response<Body>,
+        head_request: bool,
+        http10: bool,
+        keep_alive: bool,
+    ) -> io::Result<bool> {
+        let (parts, mut body) = response.into_parts();
+        let status = parts.status;
+        let bodyless = head_request
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let declared = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| head::parse_length(v.as_bytes()));
+        let mut keep_alive = keep_alive;
+        let framing = if bodyless {
+            ResponseFraming::None
+        } else if let Some(n) = declared.or_else(|| body.size_hint().exact()) {
+            ResponseFraming::Length(n)
+        } else if !http10 {
+            ResponseFraming::Chunked
+        } else {
+            keep_alive = false;
+            ResponseFraming::UntilClose
+        };
+        head::write_head(
+            &mut self.write,
+            status,
+            &parts.headers,
+            framing,
+            keep_alive,
+            http10,
+        );
+        if bodyless {
+            self.flush().await?;
+            return Ok(keep_alive);
+        }
+        let mut written = 0u64;
+        let mut trailers = None;
+        loop {
+            // Gather what the body has ready; write once it has nothing more for now.
+            let next = match std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await
+            {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    self.flush().await?;
+                    body.frame().await
+                }
+            };
+            let frame = match next {
+                None => break,
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "the response body failed while it was being written");
+                    self.flush().await?;
+                    return Ok(false);
+                }
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => {
+                    trailers = frame.into_trailers().ok();
+                    continue;
+                }
+            };
+            if let ResponseFraming::Length(n) = framing
+                && written + data.len() as u64 > n
+            {
+                tracing::debug!(
+                    declared = n,
+                    "the response body is longer than its content-length; closing"
+                );
+                let fits = usize::try_from(n - written).unwrap_or(usize::MAX);
+                self.put_data(data.slice(..fits), framing).await?;
+                self.flush().await?;
+                return Ok(false);
+            }
+            written += data.len() as u64;
+            self.put_data(data, framing).await?;
+        }
+        match framing {
+            ResponseFraming::Chunked => {
+                self.write.extend_from_slice(b"0\r\n");
+                write_trailers(&mut self.write, trailers.as_ref());
+                self.write.extend_from_slice(b"\r\n");
+            }
+            ResponseFraming::Length(n) if written != n => {
+                tracing::debug!(
+                    declared = n,
+                    written,
+                    "the response body is shorter than its content-length; closing"
+                );
+                self.flush().await?;
+                return Ok(false);
+            }
+            ResponseFraming::UntilClose => keep_alive = false,
+            _ => {}
+        }
+        self.flush().await?;
+        Ok(keep_alive)
+    }
+
+    /// Adds one piece of response body, framed; large pieces are written without a copy.
+    async fn put_data(&mut self, data: Bytes, framing: ResponseFraming) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let chunked = framing == ResponseFraming::Chunked;
+        if chunked {
+            self.write
+                .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        }
+        if data.len() >= WRITE_CHUNK {
+            self.flush().await?;
+            self.io.write_all(&data).await?;
+        } else {
+            self.write.extend_from_slice(&data);
+        }
+        if chunked {
+            self.write.extend_from_slice(b"\r\n");
+        }
+        if self.write.len() >= WRITE_CHUNK {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes out the gathered response bytes.
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.write.is_empty() {
+            self.io.write_all(&self.write).await?;
+            self.write.clear();
+        }
+        self.io.flush().await
+    }
+
+    /// Writes `bytes` (and what was gathered before them) now.
+    async fn write_now(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write.extend_from_slice(bytes);
+        self.flush().await
+    }
+
+    /// Closes the connection after its last response. With `unread` (the client may still be sending a
+    /// request the gateway did not read), the gateway first half-closes and reads what arrives for a
+    /// moment: closing a socket with unread bytes resets it, and the reset can destroy the response before
+    /// the client read it.
+    async fn close(&mut self, unread: bool) {
+        self.guard = None;
+        let _ = self.io.shutdown().await;
+        if !unread {
+            return;
+        }
+        let deadline = Instant::now() + LINGER;
+        let mut dropped = 0;
+        let mut sink = [0u8; 4096];
+        while dropped < LINGER_BYTES {
+            match tokio::time::timeout_at(deadline, self.io.read(&mut sink)).await {
+                Ok(Ok(n)) if n > 0 => dropped += n,
+                _ => return,
+            }
+        }
+    }
+}
+
+/// Passes the next piece of a request body from the connection to the pipeline: waits until the pipeline
+/// can take it, decodes it from `read`, reading from `io` when the buffer runs out. Cancel-safe (it is
+/// raced against the response): a piece is taken from the buffer only once it can be sent.
+async fn feed_once<I: AsyncRead + Unpin>(
+    io: &mut I,
+    read: &mut BytesMut,
+    decoder: &mut Decoder,
+    tx: &body::Sender,
+    max_trailer_bytes: usize,
+) -> Feed {
+    let Ok(permit) = tx.reserve().await else {
+        return Feed::Abandoned;
+    };
+    loop {
+        match decoder.decode(read, max_trailer_bytes) {
+            Ok(Decoded::Data(data)) => {
+                permit.send(Event::Data(data));
+                return Feed::More;
+            }
+            Ok(Decoded::End) => {
+                permit.send(Event::End);
+                return Feed::Finished;
+            }
+            Err(e) => {
+                permit.send(Event::Failed(e));
+                return Feed::Failed;
+            }
+            Ok(Decoded::NeedMore) => {
+                read.reserve(READ_RESERVE);
+                match io.read_buf(read).await {
+                    Ok(n) if n > 0 => {}
+                    _ => {
+                        permit.send(Event::Failed(BodyError::Truncated));
+                        return Feed::Failed;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes `trailers` as chunked-body trailer lines.
+fn write_trailers(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
+    for (name, value) in trailers.into_iter().flatten() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
