@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gateway benchmark: infergate-gateway against nginx (HTTP/1.1 keep-alive proxying) and HAProxy (HTTP/1.1 in,
 # HTTP/2 to the upstream with `proto h2`), all in front of the same upstream (infergate-bench-upstream), all
-# driven by the same load generator (h2load --h1), side by side in one run.
+# driven by the same load generator (h2load --h1), side by side in one run. The gateway runs twice: with an
+# h2c upstream (its default, what HAProxy does here) and with an HTTP/1.1 keep-alive upstream (what nginx does).
 #   bench-gateway.sh RELEASE_BIN_DIR
 # Every proxy runs once per entry of BENCH_WORKERS (default "1 2"): the gateway with that many data workers
 # (`listeners.worker_threads`), nginx with that many worker processes, HAProxy with that many threads,
@@ -138,6 +139,11 @@ routes:
     destinations: [{ upstream: up }]
 YAML
   INFERGATE_LOG=warn "$bin/infergate-gateway" --config "$tmp/conf/routes-$w.yaml" & PID[gw$w]=$!; pids+=($!)
+  # The same gateway speaking HTTP/1.1 keep-alive to the upstream, as nginx does.
+  gwh1=$((30020 + 2 * w))
+  sed -e "s/127.0.0.1:$gw\"/127.0.0.1:$gwh1\"/" -e "s/127.0.0.1:$((gw + 1))\"/127.0.0.1:$((gwh1 + 1))\"/" \
+    -e "s/protocol: h2c/protocol: http1/" "$tmp/conf/routes-$w.yaml" > "$tmp/conf/routes-h1-$w.yaml"
+  INFERGATE_LOG=warn "$bin/infergate-gateway" --config "$tmp/conf/routes-h1-$w.yaml" & PID[gwh1$w]=$!; pids+=($!)
   if [ -n "$BASELINE" ]; then
     sed -e "s/127.0.0.1:$gw\"/127.0.0.1:$((30090 + 2 * w))\"/" -e "s/127.0.0.1:$((gw + 1))\"/127.0.0.1:$((30091 + 2 * w))\"/" \
       "$tmp/conf/routes-$w.yaml" > "$tmp/conf/routes-base-$w.yaml"
@@ -149,10 +155,10 @@ YAML
   start_haproxy "haproxy$w" "$hap" ""
   start_haproxy "haproxyh$w" "$haph" "$HAPROXY_SAME_WORK"
 
-  PORT[gw$w]=$gw PORT[nginx$w]=$ngx PORT[haproxy$w]=$hap PORT[nginxh$w]=$ngxh PORT[haproxyh$w]=$haph
-  LABEL[gw$w]="infergate-gateway, $w thread(s)" LABEL[nginx$w]="nginx, $w worker(s)" LABEL[haproxy$w]="HAProxy (h2 upstream), $w thread(s)"
+  PORT[gw$w]=$gw PORT[gwh1$w]=$gwh1 PORT[nginx$w]=$ngx PORT[haproxy$w]=$hap PORT[nginxh$w]=$ngxh PORT[haproxyh$w]=$haph
+  LABEL[gw$w]="infergate-gateway (h2 upstream), $w thread(s)" LABEL[gwh1$w]="infergate-gateway (HTTP/1.1 upstream), $w thread(s)" LABEL[nginx$w]="nginx, $w worker(s)" LABEL[haproxy$w]="HAProxy (h2 upstream), $w thread(s)"
   LABEL[nginxh$w]="nginx + request id and XFF, $w worker(s)" LABEL[haproxyh$w]="HAProxy (h2 upstream) + request id and XFF, $w thread(s)"
-  TARGETS+=(gw$w nginx$w nginxh$w haproxy$w haproxyh$w)
+  TARGETS+=(gw$w gwh1$w nginx$w nginxh$w haproxy$w haproxyh$w)
   if [ -n "$BASELINE" ]; then
     PORT[base$w]=$((30090 + 2 * w)) LABEL[base$w]="infergate-gateway baseline ($BASELINE), $w thread(s)"; TARGETS+=(base$w)
   fi
@@ -225,7 +231,7 @@ pct_at_rate() { # target rate clients percentile
 declare -A P99 P50 P50_1K HALF CPU
 for w in $WORKERS; do
   best=$(( RPS[nginx$w] > RPS[haproxy$w] ? RPS[nginx$w] : RPS[haproxy$w] ))
-  for t in gw nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )); done
+  for t in gw gwh1 nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )); done
 done
 HALF[direct]=${HALF[gw${WORKERS%% *}]}
 # Latency rounds taken in turn over the targets, as for throughput; the table gives the medians.
@@ -265,8 +271,10 @@ within_round() { # label target peer-a peer-b: the gateway's req/s over the bett
   echo "$1: median $(median "$ratios") (${ratios% })"
 }
 for w in $WORKERS; do
-  within_round "infergate-gateway, $w thread(s), req/s over the better peer's in the same round" gw$w nginx$w haproxy$w
-  within_round "infergate-gateway, $w thread(s), req/s over the better peer's doing the same header work, same round" gw$w nginxh$w haproxyh$w
+  within_round "infergate-gateway (h2 upstream), $w thread(s), req/s over the better peer's in the same round" gw$w nginx$w haproxy$w
+  within_round "infergate-gateway (h2 upstream), $w thread(s), req/s over the better peer's doing the same header work, same round" gw$w nginxh$w haproxyh$w
+  within_round "infergate-gateway (HTTP/1.1 upstream), $w thread(s), req/s over the better peer's in the same round" gwh1$w nginx$w haproxy$w
+  within_round "infergate-gateway (HTTP/1.1 upstream), $w thread(s), req/s over the better peer's doing the same header work, same round" gwh1$w nginxh$w haproxyh$w
   [ -z "$BASELINE" ] || within_round "infergate-gateway, $w thread(s), req/s over the baseline's in the same round" gw$w base$w
 done
 echo

@@ -69,7 +69,10 @@ pub(crate) fn upstream_settings(u: &cfg::Upstream, workers: usize) -> Result<Ups
             tls,
             connect_timeout: u.connect_timeout,
             h2_connections: usize::try_from(u.connections_per_endpoint.max(1)).unwrap_or(1),
-            h1_max_idle: 64,
+            // Every request in flight holds a connection; keeping as many idle as may be in flight means a
+            // steady load never closes and reopens connections (a smaller cap churned them when a worker's
+            // share of the load was above it).
+            h1_max_idle: usize::try_from(u.max_concurrent_requests.max(1)).unwrap_or(1),
             workers,
         },
         max_concurrent: usize::try_from(u.max_concurrent_requests.max(1)).unwrap_or(1),

@@ -48,6 +48,8 @@ pub enum Decoder {
     },
     /// A chunked body.
     Chunked(ChunkState),
+    /// A response body delimited by the connection's close: everything until then.
+    UntilClose,
     /// The body has been read to its end.
     Done,
 }
@@ -94,6 +96,12 @@ impl Decoder {
         loop {
             match self {
                 Decoder::Done => return Ok(Decoded::End),
+                Decoder::UntilClose => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    return Ok(Decoded::Data(buf.split().freeze()));
+                }
                 Decoder::Length { remaining } => {
                     if buf.is_empty() {
                         return Ok(Decoded::NeedMore);

@@ -7,10 +7,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::endpoint::Endpoint;
+use super::h1::H1Body;
 use super::h2::H2Body;
 
 /// Holds an endpoint's outstanding request and the upstream's concurrency slot.
@@ -43,8 +43,8 @@ pub struct UpstreamBody {
 
 /// A response body as a connection pool hands it over.
 pub(crate) enum PoolBody {
-    /// From an HTTP/1.1 connection (hyper's client).
-    Http1(Incoming),
+    /// From an HTTP/1.1 connection.
+    Http1(H1Body),
     /// From an HTTP/2 stream.
     Http2(H2Body),
 }
@@ -52,9 +52,9 @@ pub(crate) enum PoolBody {
 /// Why an upstream response body failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamBodyError {
-    /// The HTTP/1.1 connection failed.
+    /// The HTTP/1.1 connection failed or the body's framing was broken.
     #[error(transparent)]
-    Http1(#[from] hyper::Error),
+    Http1(#[from] std::io::Error),
     /// The HTTP/2 stream was reset or its connection failed.
     #[error(transparent)]
     Http2(#[from] h2::Error),

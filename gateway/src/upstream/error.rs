@@ -166,29 +166,3 @@ pub(crate) fn classify_h2_error(e: &h2::Error) -> FailureKind {
     }
     FailureKind::Reset
 }
-
-/// Classifies an error from sending a request on an established HTTP/1.1 connection.
-pub(crate) fn classify_send_error(e: &hyper::Error) -> FailureKind {
-    // Our own request-body errors come back through hyper as the source of a user-body error.
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return FailureKind::RequestBodyTooLarge;
-        }
-        cur = err.source();
-    }
-    if e.is_canceled() {
-        // hyper cancels queued requests when the connection closes before they were written.
-        return FailureKind::RefusedStream;
-    }
-    if e.is_user() {
-        return FailureKind::RequestBody;
-    }
-    if e.is_parse() {
-        return FailureKind::Protocol;
-    }
-    if e.is_timeout() {
-        return FailureKind::Timeout;
-    }
-    FailureKind::Reset
-}

@@ -8,6 +8,7 @@
 mod body;
 mod endpoint;
 mod error;
+mod h1;
 mod h2;
 mod outlier;
 mod pool;

@@ -9,15 +9,13 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::body::PoolBody;
-use super::error::{FailureKind, UpstreamError, classify_send_error};
+use super::error::{FailureKind, UpstreamError};
+use super::h1::{H1Body, H1Conn, IdleConns, SendError, Target};
 use super::h2::{H2Body, H2Conn, SendFailure};
 use crate::proxy::Body;
 
@@ -85,7 +83,8 @@ impl Default for ConnectSettings {
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+/// A connection to an endpoint: TCP or TLS.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// The connections of one endpoint, one set per data worker.
@@ -110,8 +109,7 @@ struct H2Slot {
 }
 
 struct H1Pool {
-    idle: Arc<std::sync::Mutex<Vec<http1::SendRequest<Body>>>>,
-    max_idle: usize,
+    idle: Arc<IdleConns>,
 }
 
 impl Pool {
@@ -129,8 +127,7 @@ impl Pool {
                 next: AtomicUsize::new(0),
             }),
             UpstreamProtocol::Http1 => Conns::Http1(H1Pool {
-                idle: Arc::new(std::sync::Mutex::new(Vec::new())),
-                max_idle: share(settings.h1_max_idle),
+                idle: Arc::new(IdleConns::new(share(settings.h1_max_idle))),
             }),
         };
         Pool {
@@ -168,7 +165,7 @@ impl Conns {
                 .iter()
                 .filter(|s| s.conn.load().as_ref().is_some_and(|c| c.is_usable()))
                 .count(),
-            Conns::Http1(p) => p.idle.lock().map(|v| v.len()).unwrap_or(0),
+            Conns::Http1(p) => p.idle.len(),
         }
     }
 }
@@ -257,73 +254,30 @@ impl H1Pool {
         addr: SocketAddr,
         settings: &ConnectSettings,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let mut req = req;
-        for _ in 0..2 {
-            let (mut sender, pooled) = match self.take_idle() {
-                Some(s) => (s, true),
-                // Boxed for the reason given in `H2Slot::get`.
-                None => (Box::pin(connect_h1(upstream, addr, settings)).await?, false),
-            };
-            match sender.try_send_request(req).await {
-                Ok(resp) => {
-                    self.give_back_when_ready(sender);
-                    return Ok(resp);
-                }
-                Err(mut e) => match e.take_message() {
-                    Some(back) if pooled => req = back,
-                    _ => {
-                        let err = e.into_error();
-                        return Err(send_error(upstream, addr, &err).with_source(err));
-                    }
-                },
-            }
-        }
-        Err(UpstreamError::new(
-            FailureKind::RefusedStream,
+    ) -> Result<Response<H1Body>, UpstreamError> {
+        let target = Target {
             upstream,
-            "the pooled HTTP/1.1 connection closed before the request could be sent",
-        )
-        .with_endpoint(addr))
-    }
-
-    fn take_idle(&self) -> Option<http1::SendRequest<Body>> {
-        let mut idle = self.idle.lock().ok()?;
-        while let Some(s) = idle.pop() {
-            if s.is_ready() {
-                return Some(s);
+            addr,
+            idle: &self.idle,
+        };
+        let (conn, pooled) = match self.idle.take() {
+            Some(c) => (c, true),
+            // Boxed for the reason given in `H2Slot::get`.
+            None => (Box::pin(connect_h1(upstream, addr, settings)).await?, false),
+        };
+        match conn.send(req, pooled, &target).await {
+            Ok(resp) => Ok(resp),
+            Err(SendError::Stale(Some(replay), e)) => {
+                tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/1.1 connection was stale; sending again");
+                let conn = Box::pin(connect_h1(upstream, addr, settings)).await?;
+                match conn.resend(replay, &target).await {
+                    Ok(resp) => Ok(resp),
+                    Err(SendError::Stale(_, e) | SendError::Failed(e)) => Err(e),
+                }
             }
+            Err(SendError::Stale(None, e) | SendError::Failed(e)) => Err(e),
         }
-        None
     }
-
-    /// Returns the connection to the pool once the response body has been read (hyper signals readiness).
-    fn give_back_when_ready(&self, mut sender: http1::SendRequest<Body>) {
-        let idle = Arc::clone(&self.idle);
-        let max = self.max_idle;
-        tokio::spawn(async move {
-            if sender.ready().await.is_ok()
-                && let Ok(mut idle) = idle.lock()
-                && idle.len() < max
-            {
-                idle.push(sender);
-            }
-        });
-    }
-}
-
-fn send_error(upstream: &str, addr: SocketAddr, e: &hyper::Error) -> UpstreamError {
-    let kind = classify_send_error(e);
-    let detail = match kind {
-        FailureKind::RefusedStream => "the upstream refused the stream before processing it",
-        FailureKind::Reset => "the connection was reset or closed before a response arrived",
-        FailureKind::Protocol => "the upstream's answer is not valid HTTP",
-        FailureKind::Timeout => "the upstream timed out",
-        FailureKind::RequestBodyTooLarge => "the request body is larger than the gateway allows",
-        FailureKind::RequestBody => "reading the request body from the caller failed",
-        _ => "sending the request failed",
-    };
-    UpstreamError::new(kind, upstream, detail).with_endpoint(addr)
 }
 
 async fn connect_io(
@@ -410,21 +364,7 @@ async fn connect_h1(
     upstream: &str,
     addr: SocketAddr,
     settings: &ConnectSettings,
-) -> Result<http1::SendRequest<Body>, UpstreamError> {
+) -> Result<H1Conn, UpstreamError> {
     let (io, _) = connect_io(upstream, addr, settings).await?;
-    let (sender, conn) = http1::Builder::new()
-        .handshake::<_, Body>(TokioIo::new(io))
-        .await
-        .map_err(|e| {
-            UpstreamError::new(FailureKind::ConnectFailure, upstream, "HTTP/1.1 handshake failed")
-                .with_endpoint(addr)
-                .with_source(e)
-        })?;
-    let name = upstream.to_string();
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(upstream = %name, endpoint = %addr, error = %e, "upstream HTTP/1.1 connection ended");
-        }
-    });
-    Ok(sender)
+    Ok(H1Conn::new(io))
 }
