@@ -84,9 +84,13 @@ pub fn to_upstream(
             parts.headers.remove(HOST);
         }
         UpstreamProtocol::Http1 => {
+            // An origin-form request with a Host keeps it as it came (the authority was read from it);
+            // otherwise Host is set from the authority (absolute-form, HTTP/2 callers, or none sent).
+            let keep_host = parts.uri.authority().is_none() && parts.headers.contains_key(HOST);
             parts.uri = Uri::from(path);
             parts.version = Version::HTTP_11;
-            if let Some(a) = &authority
+            if !keep_host
+                && let Some(a) = &authority
                 && let Ok(v) = HeaderValue::from_str(a.as_str())
             {
                 parts.headers.insert(HOST, v);
@@ -145,6 +149,30 @@ mod tests {
         assert_eq!(r.version(), Version::HTTP_11);
         assert_eq!(r.uri().to_string(), "/v2");
         assert_eq!(r.headers()[HOST], "api.example");
+    }
+
+    #[test]
+    fn an_http1_callers_host_goes_to_an_http1_upstream_as_it_came() {
+        let addr = "127.0.0.1:9000".parse().unwrap();
+        let r = to_upstream(
+            req("/v2?x=1", Some("Models.Example:8080")),
+            UpstreamProtocol::Http1,
+            addr,
+            None,
+        );
+        assert_eq!(r.uri().to_string(), "/v2?x=1");
+        assert_eq!(r.headers()[HOST], "Models.Example:8080");
+        // Absolute form: the URI's authority wins over a Host header (RFC 9112 §3.2.2).
+        let r = to_upstream(
+            req("http://api.example/v2", Some("other.example")),
+            UpstreamProtocol::Http1,
+            addr,
+            None,
+        );
+        assert_eq!(r.headers()[HOST], "api.example");
+        // No authority at all: the endpoint's address.
+        let r = to_upstream(req("/v2", None), UpstreamProtocol::Http1, addr, None);
+        assert_eq!(r.headers()[HOST], "127.0.0.1:9000");
     }
 
     #[test]

@@ -26,8 +26,9 @@ use crate::timeout::{GRPC_TIMEOUT, TimeoutPolicy, format_grpc_timeout};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// What the retry loop did, inserted into the response's extensions (and carried by errors) for
-/// access logs and metrics.
+/// What the retry loop did, carried by errors and, when it did more than one plain try (a retry, or a retry
+/// the budget refused), inserted into the response's extensions. A response without it had one try and no
+/// refused retry: inserting it always cost three allocations per request (the extensions map and the value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RetryInfo {
     /// Tries made (1 = no retry).
@@ -287,7 +288,9 @@ where
         }
         return match outcome {
             Outcome::Response(mut resp) => {
-                resp.extensions_mut().insert(info);
+                if info.tries > 1 || info.budget_exhausted {
+                    resp.extensions_mut().insert(info);
+                }
                 Ok(resp)
             }
             Outcome::Failed(source) => Err(RetryError::Upstream { source, info }),

@@ -153,14 +153,15 @@ impl H1Conn {
     }
 
     /// Sends `req` and reads the response head. `pooled`: the connection was idle in the pool, so a close
-    /// before the response means it had gone stale.
-    pub(crate) async fn send(
+    /// before the response means it had gone stale. The head is encoded before the future is made, so the
+    /// future holds the body, not the request (it is moved on every await of the callers').
+    pub(crate) fn send<'t>(
         mut self,
         req: Request<Body>,
         pooled: bool,
-        target: &Target<'_>,
-    ) -> Result<Response<H1Body>, SendError> {
-        let (parts, mut body) = req.into_parts();
+        target: &'t Target<'t>,
+    ) -> impl Future<Output = Result<Response<H1Body>, SendError>> + Send + 't {
+        let (parts, body) = req.into_parts();
         let head_request = parts.method == Method::HEAD;
         let framing = if body.is_end_stream() {
             RequestFraming::Empty
@@ -171,32 +172,36 @@ impl H1Conn {
         };
         self.write.clear();
         encode_request_head(&mut self.write, &parts, framing);
-        if framing == RequestFraming::Empty {
-            return self.exchange(head_request, pooled, true, target).await;
+        drop(parts);
+        async move {
+            if framing == RequestFraming::Empty {
+                return self.exchange(head_request, pooled, true, target).await;
+            }
+            let mut body = body;
+            if let Err(failure) = self.write_body(&mut body, framing).await {
+                return Err(match failure {
+                    BodyWrite::Body => SendError::Failed(target.error(
+                        FailureKind::RequestBody,
+                        "reading the request body from the caller failed",
+                    )),
+                    BodyWrite::Io(e) if pooled => SendError::Stale(
+                        None,
+                        target
+                            .error(
+                                FailureKind::RefusedStream,
+                                "the pooled HTTP/1.1 connection was closed by the upstream before it read the request",
+                            )
+                            .with_source(e),
+                    ),
+                    BodyWrite::Io(e) => SendError::Failed(
+                        target
+                            .error(FailureKind::Reset, "the connection failed while the request was written")
+                            .with_source(e),
+                    ),
+                });
+            }
+            self.exchange(head_request, pooled, false, target).await
         }
-        if let Err(failure) = self.write_body(&mut body, framing).await {
-            return Err(match failure {
-                BodyWrite::Body => SendError::Failed(target.error(
-                    FailureKind::RequestBody,
-                    "reading the request body from the caller failed",
-                )),
-                BodyWrite::Io(e) if pooled => SendError::Stale(
-                    None,
-                    target
-                        .error(
-                            FailureKind::RefusedStream,
-                            "the pooled HTTP/1.1 connection was closed by the upstream before it read the request",
-                        )
-                        .with_source(e),
-                ),
-                BodyWrite::Io(e) => SendError::Failed(
-                    target
-                        .error(FailureKind::Reset, "the connection failed while the request was written")
-                        .with_source(e),
-                ),
-            });
-        }
-        self.exchange(head_request, pooled, false, target).await
     }
 
     /// Sends a request encoded for a connection that went stale, on this (new) one.
@@ -218,7 +223,8 @@ impl H1Conn {
         whole: bool,
         target: &Target<'_>,
     ) -> Result<Response<H1Body>, SendError> {
-        let whole_request = (pooled && whole).then(|| self.write.clone());
+        // A request that may be sent again stays in the write buffer until its answer starts.
+        let replayable = pooled && whole;
         let stale = |replay: Option<Vec<u8>>, e: Option<io::Error>| {
             let err = target.error(
                 FailureKind::RefusedStream,
@@ -232,9 +238,20 @@ impl H1Conn {
                 },
             )
         };
-        if let Err(e) = self.flush().await {
+        let written = if replayable {
+            match self.io.write_all(&self.write).await {
+                Ok(()) => self.io.flush().await,
+                Err(e) => Err(e),
+            }
+        } else {
+            self.flush().await
+        };
+        if let Err(e) = written {
             if pooled {
-                return Err(stale(whole_request, Some(e)));
+                return Err(stale(
+                    replayable.then(|| std::mem::take(&mut self.write)),
+                    Some(e),
+                ));
             }
             return Err(SendError::Failed(
                 target
@@ -267,7 +284,7 @@ impl H1Conn {
                 outcome => {
                     let e = outcome.err();
                     if pooled && nothing_yet {
-                        return Err(stale(whole_request, e));
+                        return Err(stale(replayable.then(|| std::mem::take(&mut self.write)), e));
                     }
                     let err = target.error(
                         FailureKind::Reset,
@@ -280,6 +297,7 @@ impl H1Conn {
                 }
             }
         };
+        self.write.clear();
         let ResponseHead {
             status,
             version,
