@@ -167,20 +167,29 @@ fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestH
     };
 
     let mut headers = HeaderMap::with_capacity(scratch.len() + ADDED_HEADERS);
+    // The headers that decide framing and the connection are noted as they go by, so a request without them
+    // (most) costs no lookups for them afterwards.
+    let mut seen = Seen::default();
     for span in scratch {
         let name = HeaderName::from_bytes(at(span.name))
             .map_err(|_| HeadError::Malformed("invalid header name".into()))?;
         let (v, vl) = span.value;
         let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
             .map_err(|_| HeadError::Malformed(format!("invalid value in header '{name}'")))?;
+        seen.note(&name);
         headers.append(name, value);
     }
-    let framing = framing(&headers, version)?;
+    let framing = if seen.framing {
+        framing(&headers, version)?
+    } else {
+        Framing::Empty
+    };
     let keep_alive = match version {
-        Version::HTTP_11 => !has_token(&headers, &CONNECTION, "close"),
-        _ => has_token(&headers, &CONNECTION, "keep-alive"),
+        Version::HTTP_11 => !(seen.connection && has_token(&headers, &CONNECTION, "close")),
+        _ => seen.connection && has_token(&headers, &CONNECTION, "keep-alive"),
     };
     let expect_continue = version == Version::HTTP_11
+        && seen.expect
         && headers
             .get(EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
@@ -196,6 +205,28 @@ fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestH
         keep_alive,
         expect_continue,
     })
+}
+
+/// Which of the headers that shape a message were present.
+#[derive(Default)]
+struct Seen {
+    /// `Transfer-Encoding` or `Content-Length`.
+    framing: bool,
+    connection: bool,
+    expect: bool,
+}
+
+impl Seen {
+    fn note(&mut self, name: &HeaderName) {
+        // Comparing with a standard header is an enum comparison, not a string one.
+        if name == TRANSFER_ENCODING || name == CONTENT_LENGTH {
+            self.framing = true;
+        } else if name == CONNECTION {
+            self.connection = true;
+        } else if name == EXPECT {
+            self.expect = true;
+        }
+    }
 }
 
 /// The request body's framing. Both `Transfer-Encoding` and `Content-Length`, conflicting lengths and

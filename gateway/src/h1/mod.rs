@@ -206,15 +206,23 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
             if idle && *self.shutdown.borrow() {
                 return Next::Close;
             }
+            // The timer is only ever moved earlier: a later deadline (the next request's idle limit) is
+            // taken up when the timer fires early, so a busy connection does not re-arm it per request.
             let deadline = head_deadline.unwrap_or(idle_deadline);
-            if self.timer.deadline() != deadline {
+            if deadline < self.timer.deadline() {
                 self.timer.as_mut().reset(deadline);
             }
             self.read.reserve(READ_RESERVE);
             let read = tokio::select! {
                 biased;
                 r = self.io.read_buf(&mut self.read) => r,
-                () = &mut self.timer => return Next::Close,
+                () = &mut self.timer => {
+                    if Instant::now() >= deadline {
+                        return Next::Close;
+                    }
+                    self.timer.as_mut().reset(deadline);
+                    continue;
+                }
                 changed = self.shutdown.changed(), if idle => {
                     if changed.is_err() {
                         return Next::Close;

@@ -298,13 +298,14 @@ impl H1Conn {
             }
         };
         self.write.clear();
+        let (decoder, keep_alive) = response_framing(&head, head_request)
+            .map_err(|what| SendError::Failed(target.error(FailureKind::Protocol, what)))?;
         let ResponseHead {
             status,
             version,
             headers,
+            ..
         } = head;
-        let (decoder, keep_alive) = response_framing(status, version, &headers, head_request)
-            .map_err(|what| SendError::Failed(target.error(FailureKind::Protocol, what)))?;
         let remaining = match decoder {
             Decoder::Length { remaining } => Some(remaining),
             Decoder::Done => Some(0),
@@ -429,6 +430,10 @@ struct ResponseHead {
     status: StatusCode,
     version: Version,
     headers: HeaderMap,
+    /// Whether `Connection` and `Transfer-Encoding` were present (noted while parsing, so that answers
+    /// without them cost no lookups for them).
+    has_connection: bool,
+    has_transfer_encoding: bool,
 }
 
 /// Where a header's name and value lie in a response head: (start, length) of each.
@@ -467,11 +472,14 @@ fn parse_response(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<Re
     }));
     let head: Bytes = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len() + 2);
+    let (mut has_connection, mut has_transfer_encoding) = (false, false);
     for &((n, nl), (v, vl)) in spans.iter() {
         let name = HeaderName::from_bytes(&head[n..n + nl])
             .map_err(|_| "the upstream sent an invalid header name")?;
         let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
             .map_err(|_| "the upstream sent an invalid header value")?;
+        has_connection |= name == CONNECTION;
+        has_transfer_encoding |= name == TRANSFER_ENCODING;
         headers.append(name, value);
     }
     let version = if version == 1 {
@@ -483,16 +491,21 @@ fn parse_response(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<Re
         status,
         version,
         headers,
+        has_connection,
+        has_transfer_encoding,
     }))
 }
 
 /// How the response body is delimited (RFC 9112 §6.3) and whether the connection can be reused after it.
-fn response_framing(
-    status: StatusCode,
-    version: Version,
-    headers: &HeaderMap,
-    head_request: bool,
-) -> Result<(Decoder, bool), &'static str> {
+fn response_framing(head: &ResponseHead, head_request: bool) -> Result<(Decoder, bool), &'static str> {
+    let ResponseHead {
+        status,
+        version,
+        headers,
+        has_connection,
+        has_transfer_encoding,
+    } = head;
+    let (status, version) = (*status, *version);
     let tokens = |name: &HeaderName, token: &str| {
         headers.get_all(name).iter().any(|v| {
             v.to_str()
@@ -500,13 +513,18 @@ fn response_framing(
         })
     };
     let mut keep_alive = match version {
-        Version::HTTP_11 => !tokens(&CONNECTION, "close"),
-        _ => tokens(&CONNECTION, "keep-alive"),
+        Version::HTTP_11 => !(*has_connection && tokens(&CONNECTION, "close")),
+        _ => *has_connection && tokens(&CONNECTION, "keep-alive"),
     };
     if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Decoder::Done, keep_alive));
     }
-    let decoder = if let Some(last) = headers.get_all(TRANSFER_ENCODING).iter().next_back() {
+    let last_coding = if *has_transfer_encoding {
+        headers.get_all(TRANSFER_ENCODING).iter().next_back()
+    } else {
+        None
+    };
+    let decoder = if let Some(last) = last_coding {
         let chunked_last = last
             .to_str()
             .ok()
@@ -671,15 +689,14 @@ mod tests {
         assert_eq!(head.status, 200);
         assert_eq!(head.headers["x-a"], "1");
         assert_eq!(&buf[..], b"abcHTTP");
-        let (decoder, keep_alive) =
-            response_framing(head.status, head.version, &head.headers, false).unwrap();
+        let (decoder, keep_alive) = response_framing(&head, false).unwrap();
         assert!(matches!(decoder, Decoder::Length { remaining: 3 }));
         assert!(keep_alive);
 
         let framing = |text: &[u8], head_request: bool| {
             let mut buf = BytesMut::from(text);
             let h = parse_response(&mut buf, &mut Vec::new()).unwrap().unwrap();
-            response_framing(h.status, h.version, &h.headers, head_request)
+            response_framing(&h, head_request)
         };
         let (d, ka) = framing(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", false).unwrap();
         assert!(matches!(d, Decoder::Chunked(_)) && ka);
