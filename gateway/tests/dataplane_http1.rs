@@ -167,6 +167,17 @@ async fn expect_100_continue_is_answered_before_the_body_is_sent() {
     let text = read_to_close(&mut s).await;
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.ends_with("4 bytes: data"), "{text}");
+
+    // A declared length over max_request_body is refused at once, without asking for the body.
+    let mut s = TcpStream::connect(gw.data_addr()).await.unwrap();
+    s.write_all(
+        b"PUT /x HTTP/1.1\r\nhost: a\r\nexpect: 100-continue\r\ncontent-length: 999999999999\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(!text.contains("100 Continue"), "{text}");
 }
 
 #[tokio::test]

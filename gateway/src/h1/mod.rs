@@ -269,7 +269,10 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
                 (proxy::boxed(rx), Some((tx, Decoder::chunked())))
             }
         };
+        // A body over the listener's limit is refused (413) without being asked for.
+        let wanted = !matches!(framing, Framing::Length(n) if n > self.limits.max_request_body);
         if expect_continue
+            && wanted
             && feeding.is_some()
             && self.write_now(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
         {
