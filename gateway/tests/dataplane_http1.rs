@@ -38,18 +38,6 @@ async fn echo_upstream() -> TestUpstream {
     .await
 }
 
-/// Reads until the gateway closes the connection (5 s at most).
-async fn read_to_close(s: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let r = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    assert!(
-        r.is_ok(),
-        "the gateway kept the connection open: {}",
-        String::from_utf8_lossy(&out)
-    );
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Reads until `out` holds `n` complete responses (each ending with its `content-length` body).
 async fn read_responses(s: &mut TcpStream, n: usize) -> String {
     let mut out = Vec::new();
@@ -101,7 +89,7 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     )
     .await
     .unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     let statuses: Vec<&str> = text.matches("HTTP/1.1 200 OK").collect();
     assert_eq!(statuses.len(), 3, "{text}");
     let first = text.find("5 bytes: first").expect(&text);
@@ -129,7 +117,7 @@ async fn http10_clients_keep_the_connection_only_when_they_ask() {
 
     let mut s = TcpStream::connect(gw.data_addr()).await.unwrap();
     s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.contains("connection: close\r\n"), "{text}");
 
@@ -142,7 +130,7 @@ async fn http10_clients_keep_the_connection_only_when_they_ask() {
     s.write_all(b"POST / HTTP/1.0\r\ncontent-length: 2\r\n\r\nhi")
         .await
         .unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(
         text.ends_with("2 bytes: hi"),
         "the kept connection serves a second request: {text}"
@@ -164,7 +152,7 @@ async fn expect_100_continue_is_answered_before_the_body_is_sent() {
         .unwrap();
     assert_eq!(&buf[..n], b"HTTP/1.1 100 Continue\r\n\r\n");
     s.write_all(b"data").await.unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.ends_with("4 bytes: data"), "{text}");
 
@@ -175,7 +163,7 @@ async fn expect_100_continue_is_answered_before_the_body_is_sent() {
     )
     .await
     .unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
     assert!(!text.contains("100 Continue"), "{text}");
 }
@@ -201,7 +189,7 @@ async fn a_body_sent_in_pieces_reaches_the_upstream_whole() {
     .unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     s.write_all(b"2\r\nde\r\n0\r\n\r\n").await.unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(text.ends_with("5 bytes: abcde"), "{text}");
 }
 
@@ -225,7 +213,7 @@ async fn a_body_cut_short_never_reaches_the_upstream_as_complete() {
         s.write_all(sent).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         s.shutdown().await.unwrap();
-        let text = read_to_close(&mut s).await;
+        let text = read_until_closed(&mut s).await;
         assert!(
             !text.contains("5 bytes: hello"),
             "a truncated body was passed on as whole: {text}"
@@ -251,7 +239,7 @@ async fn ambiguous_or_unknown_body_framing_is_refused_before_the_upstream() {
     ] {
         let mut s = TcpStream::connect(gw.data_addr()).await.unwrap();
         s.write_all(request).await.unwrap();
-        let text = read_to_close(&mut s).await;
+        let text = read_until_closed(&mut s).await;
         assert!(text.starts_with(&format!("HTTP/1.1 {status}")), "{text}");
         assert!(text.contains("x-infergate-error-origin: gateway"), "{text}");
         assert!(text.contains(says), "{text}");
@@ -263,7 +251,7 @@ async fn ambiguous_or_unknown_body_framing_is_refused_before_the_upstream() {
     s.write_all(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhelloXY0\r\n\r\n")
         .await
         .unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(!text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(!text.contains("5 bytes: hello"), "{text}");
 }
@@ -306,7 +294,7 @@ async fn responses_of_unknown_length_are_chunked_or_end_with_the_connection() {
     s.write_all(b"GET / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
     assert!(
         text.ends_with("\r\n\r\n6\r\nfirst-\r\n6\r\nsecond\r\n0\r\n\r\n"),
@@ -317,7 +305,7 @@ async fn responses_of_unknown_length_are_chunked_or_end_with_the_connection() {
     s.write_all(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
         .await
         .unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(
         !text.contains("transfer-encoding"),
         "HTTP/1.0 has no chunked coding: {text}"

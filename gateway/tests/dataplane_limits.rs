@@ -5,27 +5,17 @@
 
 mod dataplane_support;
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use dataplane_support::*;
 use http::Request;
 use http_body_util::Full;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 fn limited(up: std::net::SocketAddr) -> String {
     format!(
         "listeners:\n  limits:\n    header_read_timeout: 300ms\n    max_request_body: 1KiB\n    max_headers: 20\n{}",
         one_route(up, "", "")
     )
-}
-
-/// Reads until the server closes the connection (or 5 s pass, which fails the test).
-async fn read_until_closed(s: &mut tokio::net::TcpStream) -> String {
-    let mut out = Vec::new();
-    let r = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    assert!(r.is_ok(), "the gateway kept a stalled connection open");
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[tokio::test]

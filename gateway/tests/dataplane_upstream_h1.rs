@@ -58,18 +58,6 @@ async fn echo_upstream() -> TestUpstream {
     .await
 }
 
-/// Reads until the gateway closes the connection (5 s at most).
-async fn read_to_close(s: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let r = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    assert!(
-        r.is_ok(),
-        "the gateway kept the connection open: {}",
-        String::from_utf8_lossy(&out)
-    );
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[tokio::test]
 async fn requests_reuse_one_connection_and_bodies_go_both_ways() {
     let up = echo_upstream().await;
@@ -99,7 +87,7 @@ async fn requests_reuse_one_connection_and_bodies_go_both_ways() {
     .unwrap();
     tokio::time::sleep(Duration::from_millis(30)).await;
     s.write_all(b"2\r\nde\r\n0\r\n\r\n").await.unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(text.ends_with("POST 5 bytes chunked: abcde"), "{text}");
 
     assert_eq!(up.hits(), 7);
@@ -239,7 +227,7 @@ async fn an_answer_that_is_not_http_is_a_502_from_the_gateway() {
     let gw = gateway(&http1_route(up)).await;
     let mut s = TcpStream::connect(gw.data_addr()).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
-    let text = read_to_close(&mut s).await;
+    let text = read_until_closed(&mut s).await;
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.contains("content-length: 100\r\n"), "{text}");
     assert!(

@@ -13,6 +13,8 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode, Uri, Version};
 
+use super::out::header;
+
 /// Headers the pipeline may add to a request; the map is allocated with room for them.
 const ADDED_HEADERS: usize = 4;
 
@@ -349,13 +351,6 @@ pub fn write_head(
     } else if http10 {
         header(out, b"connection", b"keep-alive");
     }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 

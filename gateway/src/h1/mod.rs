@@ -17,6 +17,7 @@
 
 pub mod body;
 pub mod head;
+pub mod out;
 
 use std::future::Future;
 use std::io;
@@ -42,9 +43,6 @@ use head::{Framing, HeadError, HeaderSpan, RequestHead, ResponseFraming};
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Response bytes gathered before they are written; a data frame at least this large is written directly.
-const WRITE_CHUNK: usize = 16 << 10;
 
 /// Room kept free in the read buffer before each read.
 const READ_RESERVE: usize = 8 << 10;
@@ -433,36 +431,18 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
 
     /// Adds one piece of response body, framed; large pieces are written without a copy.
     async fn put_data(&mut self, data: Bytes, framing: ResponseFraming) -> io::Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        let chunked = framing == ResponseFraming::Chunked;
-        if chunked {
-            self.write
-                .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-        }
-        if data.len() >= WRITE_CHUNK {
-            self.flush().await?;
-            self.io.write_all(&data).await?;
-        } else {
-            self.write.extend_from_slice(&data);
-        }
-        if chunked {
-            self.write.extend_from_slice(b"\r\n");
-        }
-        if self.write.len() >= WRITE_CHUNK {
-            self.flush().await?;
-        }
-        Ok(())
+        out::put_data(
+            &mut self.io,
+            &mut self.write,
+            data,
+            framing == ResponseFraming::Chunked,
+        )
+        .await
     }
 
     /// Writes out the gathered response bytes.
     async fn flush(&mut self) -> io::Result<()> {
-        if !self.write.is_empty() {
-            self.io.write_all(&self.write).await?;
-            self.write.clear();
-        }
-        self.io.flush().await
+        out::flush(&mut self.io, &mut self.write).await
     }
 
     /// Writes `bytes` (and what was gathered before them) now.

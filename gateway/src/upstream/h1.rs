@@ -32,10 +32,8 @@ use super::error::{FailureKind, UpstreamError};
 use super::pool::Io;
 use crate::h1::body::{BodyError, Decoded, Decoder};
 use crate::h1::head::{format_u64, parse_length};
+use crate::h1::out::{self, header};
 use crate::proxy::Body;
-
-/// Request bytes gathered before a write; a body piece at least this large is written without a copy.
-const WRITE_CHUNK: usize = 16 << 10;
 
 /// Room kept free in the read buffer before each read.
 const READ_RESERVE: usize = 8 << 10;
@@ -348,25 +346,14 @@ impl H1Conn {
                     Err(_) => continue,
                 },
             };
-            if data.is_empty() {
-                continue;
-            }
-            if framing == RequestFraming::Chunked {
-                self.write
-                    .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-            }
-            if data.len() >= WRITE_CHUNK {
-                self.flush().await.map_err(BodyWrite::Io)?;
-                self.io.write_all(&data).await.map_err(BodyWrite::Io)?;
-            } else {
-                self.write.extend_from_slice(&data);
-            }
-            if framing == RequestFraming::Chunked {
-                self.write.extend_from_slice(b"\r\n");
-            }
-            if self.write.len() >= WRITE_CHUNK {
-                self.flush().await.map_err(BodyWrite::Io)?;
-            }
+            out::put_data(
+                &mut self.io,
+                &mut self.write,
+                data,
+                framing == RequestFraming::Chunked,
+            )
+            .await
+            .map_err(BodyWrite::Io)?;
         }
         if framing == RequestFraming::Chunked {
             self.write.extend_from_slice(b"0\r\n\r\n");
@@ -375,11 +362,7 @@ impl H1Conn {
     }
 
     async fn flush(&mut self) -> io::Result<()> {
-        if !self.write.is_empty() {
-            self.io.write_all(&self.write).await?;
-            self.write.clear();
-        }
-        self.io.flush().await
+        out::flush(&mut self.io, &mut self.write).await
     }
 }
 
@@ -416,13 +399,6 @@ fn encode_request_head(out: &mut Vec<u8>, parts: &http::request::Parts, framing:
             }
         }
     }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 

@@ -204,3 +204,16 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
     panic!("{what} did not happen within 5 s");
 }
+
+/// Reads from a raw connection until the gateway closes it; fails the test if that takes over 5 s.
+pub async fn read_until_closed(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let r = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    assert!(
+        r.is_ok(),
+        "the gateway kept the connection open; it sent: {}",
+        String::from_utf8_lossy(&out)
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}
