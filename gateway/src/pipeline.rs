@@ -47,7 +47,7 @@ pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<
     let mut labels = Labels::default();
     let mut req = req;
     let request_id = headers::ensure_request_id(req.headers_mut());
-    let result = run(&state, &rules, &conn, req, started, &mut labels).await;
+    let result = run(&state, &rules, &conn, req, grpc, started, &mut labels).await;
     let mut resp = match result {
         Ok(resp) => resp,
         Err(e) => {
@@ -107,10 +107,10 @@ async fn run(
     rules: &Arc<Rules>,
     conn: &Arc<ConnInfo>,
     req: Request<Body>,
+    grpc: bool,
     started: Instant,
     labels: &mut Labels,
 ) -> Result<Response<Body>, GatewayError> {
-    let grpc = bridge::is_grpc(req.headers());
     check_protocol(&req)?;
     let max_body = state.max_request_body();
     if let Some(len) = content_length(&req)

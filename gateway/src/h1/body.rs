@@ -384,6 +384,26 @@ mod tests {
     }
 
     #[test]
+    fn random_chunked_bodies_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let alphabet = b"0123456789abcdefABCDEF;= \r\nxyz";
+        for _ in 0..20_000 {
+            let input: Vec<u8> = (0..rng.random_range(0..120))
+                .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                .collect();
+            let mut decoder = Decoder::chunked();
+            let mut buf = BytesMut::from(&input[..]);
+            for _ in 0..64 {
+                match decoder.decode(&mut buf, 64) {
+                    Ok(Decoded::Data(_)) => {}
+                    Ok(Decoded::End | Decoded::NeedMore) | Err(_) => break,
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_length_body_takes_exactly_its_bytes() {
         let (body, rest) = decode_all(Decoder::length(5), b"helloGET").unwrap();
         assert_eq!((body.as_slice(), rest.as_slice()), (&b"hello"[..], &b"GET"[..]));

@@ -536,6 +536,29 @@ mod tests {
     }
 
     #[test]
+    fn random_and_truncated_heads_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let valid = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive, close\r\nExpect: 100-continue\r\ncontent-length: 5\r\n\r\n";
+        for round in 0..20_000 {
+            let mut input: Vec<u8> = if round % 2 == 0 {
+                valid[..rng.random_range(0..=valid.len())].to_vec()
+            } else {
+                (0..rng.random_range(0..200)).map(|_| rng.random()).collect()
+            };
+            // Flip a few bytes of the valid head now and then.
+            if round % 3 == 0 && !input.is_empty() {
+                for _ in 0..3 {
+                    let i = rng.random_range(0..input.len());
+                    input[i] = rng.random();
+                }
+            }
+            let mut buf = BytesMut::from(&input[..]);
+            let _ = parse(&mut buf, 8, 256, &mut Vec::new());
+        }
+    }
+
+    #[test]
     fn lengths_are_decimal_digits_only() {
         assert_eq!(parse_length(b"0"), Some(0));
         assert_eq!(parse_length(b"18446744073709551615"), None);
