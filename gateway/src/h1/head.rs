@@ -186,10 +186,7 @@ fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestH
     } else {
         Framing::Empty
     };
-    let keep_alive = match version {
-        Version::HTTP_11 => !(seen.connection && has_token(&headers, &CONNECTION, "close")),
-        _ => seen.connection && has_token(&headers, &CONNECTION, "keep-alive"),
-    };
+    let keep_alive = keeps_alive(version, &headers, seen.connection);
     let expect_continue = version == Version::HTTP_11
         && seen.expect
         && headers
@@ -282,6 +279,16 @@ pub fn parse_length(text: &[u8]) -> Option<u64> {
     text.iter().try_fold(0u64, |n, &b| {
         b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
     })
+}
+
+/// Whether a message lets its connection carry another exchange (RFC 9112 §9.3): HTTP/1.1 unless
+/// `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`. `has_connection`: whether the message has
+/// a `Connection` header at all (noted while parsing; without one there is nothing to look up).
+pub fn keeps_alive(version: Version, headers: &HeaderMap, has_connection: bool) -> bool {
+    match version {
+        Version::HTTP_11 => !(has_connection && has_token(headers, &CONNECTION, "close")),
+        _ => has_connection && has_token(headers, &CONNECTION, "keep-alive"),
+    }
 }
 
 /// Whether a comma-separated header lists `token` (case-insensitive).

@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::error::{FailureKind, UpstreamError};
 use super::pool::Io;
 use crate::h1::body::{BodyError, Decoded, Decoder};
-use crate::h1::head::{format_u64, parse_length};
+use crate::h1::head::{format_u64, keeps_alive, parse_length};
 use crate::h1::out::{self, header};
 use crate::proxy::Body;
 
@@ -481,17 +481,8 @@ fn response_framing(head: &ResponseHead, head_request: bool) -> Result<(Decoder,
         has_connection,
         has_transfer_encoding,
     } = head;
-    let (status, version) = (*status, *version);
-    let tokens = |name: &HeaderName, token: &str| {
-        headers.get_all(name).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        })
-    };
-    let mut keep_alive = match version {
-        Version::HTTP_11 => !(*has_connection && tokens(&CONNECTION, "close")),
-        _ => *has_connection && tokens(&CONNECTION, "keep-alive"),
-    };
+    let status = *status;
+    let mut keep_alive = keeps_alive(*version, headers, *has_connection);
     if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Decoder::Done, keep_alive));
     }
