@@ -1,5 +1,6 @@
-//! Hostile clients: a slow or silent client is cut off by the header read timeout, oversized headers and
-//! bodies are refused, and the admin API answers its endpoints.
+//! Hostile and idle clients: a slow or silent client is cut off by the header read timeout, an idle one by the
+//! idle timeout (a busy one is kept), oversized headers and bodies are refused, and the admin API answers its
+//! endpoints.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +10,7 @@ use bytes::Bytes;
 use dataplane_support::*;
 use http::Request;
 use http_body_util::Full;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn limited(up: std::net::SocketAddr) -> String {
     format!(
@@ -131,4 +132,47 @@ async fn admin_endpoints_answer() {
     let (status, body) = admin_get(&gw, "/nope").await;
     assert_eq!(status, 404);
     assert!(body.contains("/config/errors"), "{body}");
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_and_busy_ones_kept() {
+    let up = named_upstream("up").await;
+    let yaml = format!(
+        "listeners:\n  limits:\n    idle_timeout: 300ms\n{}",
+        one_route(up.addr, "", "")
+    );
+    let gw = gateway(&yaml).await;
+    let request = b"GET / HTTP/1.1\r\nhost: a\r\n\r\n";
+
+    // Busy: a request every 100 ms for a second, all on one connection, past the idle timeout three times over.
+    let mut s = tokio::net::TcpStream::connect(gw.data_addr()).await.unwrap();
+    let mut buf = [0u8; 4096];
+    for _ in 0..10 {
+        s.write_all(request).await.unwrap();
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200 OK"),
+            "{}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // Idle after its response: closed once the idle timeout has passed, not before.
+    let idle_from = std::time::Instant::now();
+    let rest = read_until_closed(&mut s).await;
+    let idle = idle_from.elapsed();
+    assert!(rest.is_empty(), "nothing more was sent: {rest}");
+    assert!(
+        idle >= std::time::Duration::from_millis(150),
+        "closed after {idle:?}, before the idle timeout"
+    );
+    assert_eq!(up.hits(), 10);
+    eventually("the closed connection is no longer counted", || {
+        gw.open_connections() == 0
+    })
+    .await;
 }
