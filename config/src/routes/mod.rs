@@ -152,7 +152,7 @@ pub struct Upstream {
     /// Wire protocol to the endpoints: `h2c` (HTTP/2 prior knowledge), `http1`, or `h2-tls`.
     #[serde(default)]
     pub protocol: UpstreamProtocol,
-    /// TLS settings for `h2-tls`.
+    /// TLS towards the endpoints: required by `h2-tls`; with `http1`, HTTP/1.1 over TLS.
     #[serde(default)]
     pub tls: Option<UpstreamTls>,
     /// Connections kept to each endpoint (HTTP/2 multiplexes requests over them).

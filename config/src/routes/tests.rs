@@ -378,7 +378,7 @@ routes:
         "routes.yaml:5:31: upstream 'a': connections_per_endpoint is 0, so no request could be sent",
         "routes.yaml:6:47: max_ejected_percent is 120, but a percentage must be between 0 and 100",
         "routes.yaml:6:69: upstream 'a': consecutive_5xx is 0; use at least 1",
-        "routes.yaml:9:10: warning: upstream 'b' has a 'tls' section but protocol is not h2-tls; it is ignored",
+        "routes.yaml:9:10: warning: upstream 'b' has a 'tls' section but protocol h2c is clear text; it is spoken to over TLS as with h2-tls (write protocol: h2-tls to say so)",
         "routes.yaml:10:22: upstream 'b': connect_timeout is 0s; use a positive duration",
     ];
     for e in expect {

@@ -222,16 +222,16 @@ fn upstreams<'a>(c: &mut Checker<'_>, config: &'a GatewayConfig) -> Vec<&'a str>
                 )
                 .hint = Some("add tls: { ca: <PEM bundle that signs the upstream's certificate> }".into());
             }
-            (Some(_), UpstreamProtocol::H2c | UpstreamProtocol::Http1) => {
-                c.warn(
-                    &format!("{p}.tls"),
-                    format!(
-                        "upstream '{}' has a 'tls' section but protocol is not h2-tls; it is ignored",
-                        u.name
-                    ),
-                );
-            }
-            (Some(tls), UpstreamProtocol::H2Tls) => {
+            (Some(tls), protocol) => {
+                if protocol == UpstreamProtocol::H2c {
+                    c.warn(
+                        &format!("{p}.tls"),
+                        format!(
+                            "upstream '{}' has a 'tls' section but protocol h2c is clear text; it is spoken to over TLS as with h2-tls (write protocol: h2-tls to say so)",
+                            u.name
+                        ),
+                    );
+                }
                 c.file_exists(&format!("{p}.tls.ca"), "upstream CA file", &tls.ca);
                 match (&tls.cert, &tls.key) {
                     (Some(cert), Some(key)) => {
