@@ -138,13 +138,13 @@ async fn admin_endpoints_answer() {
 async fn idle_connections_are_closed_and_busy_ones_kept() {
     let up = named_upstream("up").await;
     let yaml = format!(
-        "listeners:\n  limits:\n    idle_timeout: 300ms\n{}",
+        "listeners:\n  limits:\n    idle_timeout: 500ms\n{}",
         one_route(up.addr, "", "")
     );
     let gw = gateway(&yaml).await;
     let request = b"GET / HTTP/1.1\r\nhost: a\r\n\r\n";
 
-    // Busy: a request every 100 ms for a second, all on one connection, past the idle timeout three times over.
+    // Busy: a request every 100 ms for a second, all on one connection, past the idle timeout twice over.
     let mut s = tokio::net::TcpStream::connect(gw.data_addr()).await.unwrap();
     let mut buf = [0u8; 4096];
     for _ in 0..10 {

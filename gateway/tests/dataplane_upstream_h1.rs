@@ -185,7 +185,7 @@ async fn pooled_connections_the_upstream_closed_are_replaced() {
             .unwrap();
         let (parts, body) = send(&client, req).await;
         assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"ok"[..]), "{body:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Back to back, the close may not have arrived yet when the next request goes out: a request without a
     // body is then sent again on a new connection.
