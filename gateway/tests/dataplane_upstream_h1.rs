@@ -1,6 +1,6 @@
-//! Upstreams spoken to over HTTP/1.1 (`protocol: http1`): keep-alive reuse, bodies both ways, responses
-//! delimited by the connection's close, pooled connections the upstream closed meanwhile, and answers that
-//! are not HTTP.
+//! Upstreams spoken to over HTTP/1.1 (`protocol: http1`): keep-alive reuse, bodies both ways (and 6 MB ones
+//! intact, over HTTP/1.1 and h2c upstreams alike), responses delimited by the connection's close, pooled
+//! connections the upstream closed meanwhile, and answers that are not HTTP.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -269,4 +269,66 @@ async fn bodyless_answers_leave_the_connection_usable() {
         1,
         "HEAD and 204 answers have no body to wait for"
     );
+}
+
+#[tokio::test]
+async fn large_bodies_arrive_intact_both_ways_over_either_upstream_protocol() {
+    use sha2::{Digest, Sha256};
+    // The upstream answers the SHA-256 of what it received, followed by the body itself.
+    let up = upstream(|req: Request<Incoming>| async move {
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let mut answer = hex::encode(Sha256::digest(&body)).into_bytes();
+        answer.extend_from_slice(&body);
+        Response::new(Full::new(Bytes::from(answer)))
+    })
+    .await;
+    let body: Vec<u8> = (0..6_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let digest = hex::encode(Sha256::digest(&body));
+    for protocol in ["http1", "h2c"] {
+        let gw =
+            gateway(&http1_route(up.addr).replace("protocol: http1", &format!("protocol: {protocol}"))).await;
+        // Declared length, through a client library.
+        let req = Request::post(format!("http://{}/", gw.data_addr()))
+            .body(Full::new(Bytes::from(body.clone())))
+            .unwrap();
+        let (parts, answer) = send(&http1_client(), req).await;
+        assert_eq!(parts.status, 200, "{protocol}");
+        assert_eq!(
+            &answer[..64],
+            digest.as_bytes(),
+            "{protocol}: the upstream received another body"
+        );
+        assert!(
+            answer[64..] == body[..],
+            "{protocol}: the response body came back altered"
+        );
+
+        // Chunked, by hand, in pieces of uneven size.
+        let mut s = TcpStream::connect(gw.data_addr()).await.unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        for piece in body.chunks(777_777) {
+            s.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                .await
+                .unwrap();
+            s.write_all(piece).await.unwrap();
+            s.write_all(b"\r\n").await.unwrap();
+        }
+        s.write_all(b"0\r\n\r\n").await.unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw))
+            .await
+            .unwrap()
+            .unwrap();
+        let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(raw.starts_with(b"HTTP/1.1 200 OK\r\n"), "{protocol}");
+        assert_eq!(
+            &raw[head_end..head_end + 64],
+            digest.as_bytes(),
+            "{protocol}: chunked upload altered"
+        );
+    }
 }
