@@ -13,7 +13,7 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode, Uri, Version};
 
-use super::out::header;
+use super::out::{content_length, header};
 
 /// Headers the pipeline may add to a request; the map is allocated with room for them.
 const ADDED_HEADERS: usize = 4;
@@ -83,6 +83,28 @@ pub struct HeaderSpan {
     value: (usize, usize),
 }
 
+impl HeaderSpan {
+    /// Where `header`, parsed out of the buffer starting at address `base`, lies in it.
+    pub fn of(base: usize, header: &httparse::Header<'_>) -> HeaderSpan {
+        let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+        HeaderSpan {
+            name: at(header.name.as_bytes()),
+            value: at(header.value),
+        }
+    }
+
+    /// The header's name and value in `head`, the buffer it was parsed from (the value shares its bytes).
+    /// Fails with `None` when the name is not a valid header name, with the name when the value is invalid.
+    pub fn read(&self, head: &Bytes) -> Result<(HeaderName, HeaderValue), Option<HeaderName>> {
+        let ((n, nl), (v, vl)) = (self.name, self.value);
+        let name = HeaderName::from_bytes(&head[n..n + nl]).map_err(|_| None)?;
+        match HeaderValue::from_maybe_shared(head.slice(v..v + vl)) {
+            Ok(value) => Ok((name, value)),
+            Err(_) => Err(Some(name)),
+        }
+    }
+}
+
 /// The request line and header positions httparse found, as offsets into the head.
 struct Spans {
     method: (usize, usize),
@@ -140,12 +162,7 @@ fn locate<'b>(
         return Err(HeadError::Malformed("incomplete request line".into()));
     };
     scratch.clear();
-    for h in req.headers.iter() {
-        scratch.push(HeaderSpan {
-            name: span(h.name.as_bytes()),
-            value: span(h.value),
-        });
-    }
+    scratch.extend(req.headers.iter().map(|h| HeaderSpan::of(base, h)));
     Ok(Some(Spans {
         method: span(method.as_bytes()),
         target: span(target.as_bytes()),
@@ -173,11 +190,10 @@ fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestH
     // (most) costs no lookups for them afterwards.
     let mut seen = Seen::default();
     for span in scratch {
-        let name = HeaderName::from_bytes(at(span.name))
-            .map_err(|_| HeadError::Malformed("invalid header name".into()))?;
-        let (v, vl) = span.value;
-        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
-            .map_err(|_| HeadError::Malformed(format!("invalid value in header '{name}'")))?;
+        let (name, value) = span.read(head).map_err(|bad| match bad {
+            None => HeadError::Malformed("invalid header name".into()),
+            Some(name) => HeadError::Malformed(format!("invalid value in header '{name}'")),
+        })?;
         seen.note(&name);
         headers.append(name, value);
     }
@@ -340,10 +356,7 @@ pub fn write_head(
         with_date(|date| header(out, b"date", date));
     }
     match framing {
-        ResponseFraming::Length(n) => {
-            let mut digits = itoa_buffer();
-            header(out, b"content-length", format_u64(n, &mut digits));
-        }
+        ResponseFraming::Length(n) => content_length(out, n),
         ResponseFraming::Chunked => header(out, b"transfer-encoding", b"chunked"),
         ResponseFraming::None => {
             // A HEAD response says the length the body would have had.
@@ -359,10 +372,6 @@ pub fn write_head(
         header(out, b"connection", b"keep-alive");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-fn itoa_buffer() -> [u8; 20] {
-    [0; 20]
 }
 
 /// `n` in decimal, written at the end of `buf`.

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, TRANSFER_ENCODING};
+use http::header::{CONNECTION, CONTENT_LENGTH, HeaderMap, TRANSFER_ENCODING};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
@@ -31,8 +31,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::error::{FailureKind, UpstreamError};
 use super::pool::Io;
 use crate::h1::body::{BodyError, Decoded, Decoder};
-use crate::h1::head::{format_u64, keeps_alive, parse_length};
-use crate::h1::out::{self, header};
+use crate::h1::head::{HeaderSpan, keeps_alive, parse_length};
+use crate::h1::out::{self, content_length, header};
 use crate::proxy::Body;
 
 /// Room kept free in the read buffer before each read.
@@ -90,7 +90,7 @@ pub(crate) struct H1Conn {
     read: BytesMut,
     write: Vec<u8>,
     /// Header positions of the response being parsed, reused between responses.
-    spans: Vec<Span>,
+    spans: Vec<HeaderSpan>,
 }
 
 /// What the request sent again on a new connection needs, when the pooled one turned out closed.
@@ -387,10 +387,7 @@ fn encode_request_head(out: &mut Vec<u8>, parts: &http::request::Parts, framing:
         header(out, name.as_str().as_bytes(), value.as_bytes());
     }
     match framing {
-        RequestFraming::Length(n) => {
-            let mut digits = [0; 20];
-            header(out, b"content-length", format_u64(n, &mut digits));
-        }
+        RequestFraming::Length(n) => content_length(out, n),
         RequestFraming::Chunked => header(out, b"transfer-encoding", b"chunked"),
         RequestFraming::Empty => {
             // Methods that usually carry a body say it is empty, so the upstream does not wait for one.
@@ -412,12 +409,12 @@ struct ResponseHead {
     has_transfer_encoding: bool,
 }
 
-/// Where a header's name and value lie in a response head: (start, length) of each.
-type Span = ((usize, usize), (usize, usize));
-
 /// Parses a complete response head at the start of `buf` and takes it out; `Ok(None)` when incomplete.
 /// `spans` is scratch space, reused between responses.
-fn parse_response(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<ResponseHead>, &'static str> {
+fn parse_response(
+    buf: &mut BytesMut,
+    spans: &mut Vec<HeaderSpan>,
+) -> Result<Option<ResponseHead>, &'static str> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
     let parsed =
@@ -439,21 +436,15 @@ fn parse_response(buf: &mut BytesMut, spans: &mut Vec<Span>) -> Result<Option<Re
     let status = StatusCode::from_u16(code).map_err(|_| "the upstream answered an invalid status code")?;
     let base = buf.as_ptr() as usize;
     spans.clear();
-    spans.extend(resp.headers.iter().map(|h| {
-        let name = h.name.as_bytes();
-        (
-            (name.as_ptr() as usize - base, name.len()),
-            (h.value.as_ptr() as usize - base, h.value.len()),
-        )
-    }));
+    spans.extend(resp.headers.iter().map(|h| HeaderSpan::of(base, h)));
     let head: Bytes = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len() + 2);
     let (mut has_connection, mut has_transfer_encoding) = (false, false);
-    for &((n, nl), (v, vl)) in spans.iter() {
-        let name = HeaderName::from_bytes(&head[n..n + nl])
-            .map_err(|_| "the upstream sent an invalid header name")?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
-            .map_err(|_| "the upstream sent an invalid header value")?;
+    for span in spans.iter() {
+        let (name, value) = span.read(&head).map_err(|bad| match bad {
+            None => "the upstream sent an invalid header name",
+            Some(_) => "the upstream sent an invalid header value",
+        })?;
         has_connection |= name == CONNECTION;
         has_transfer_encoding |= name == TRANSFER_ENCODING;
         headers.append(name, value);
