@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use http::{HeaderValue, Request};
 use tokio::sync::Semaphore;
-use tower::{Service, ServiceExt};
 
 use crate::fault::Percent;
 use crate::metrics as m;
+use crate::retry::SendTry;
 use crate::route::RouteKey;
 
 /// Header added to mirrored requests so the shadow can tell them apart.
@@ -64,8 +64,7 @@ impl MirrorPolicy {
     /// called inside a tokio runtime.
     pub fn spawn<S, B>(&self, svc: S, mut req: Request<B>) -> bool
     where
-        S: Service<Request<B>> + Send + 'static,
-        S::Future: Send,
+        S: SendTry<Request<B>> + Send + 'static,
         S::Error: std::fmt::Display,
         S::Response: Send,
         B: Send + 'static,
@@ -81,7 +80,8 @@ impl MirrorPolicy {
         let upstream = self.upstream.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let outcome = match tokio::time::timeout(timeout, svc.oneshot(req)).await {
+            let mut svc = svc;
+            let outcome = match tokio::time::timeout(timeout, svc.send_try(req)).await {
                 Ok(Ok(_response)) => "ok",
                 Ok(Err(e)) => {
                     tracing::debug!(%route, %upstream, error = %e, "mirrored request failed");

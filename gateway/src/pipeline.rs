@@ -8,9 +8,10 @@
 
 mod observe;
 
+use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use http::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
 use http::{Method, Request, Response};
@@ -26,7 +27,7 @@ use crate::listener::ConnInfo;
 use crate::metrics::{self as m, DestinationMetrics};
 use crate::proxy::{Body, BoxError, boxed};
 use crate::quota::QuotaDecision;
-use crate::retry::{self, ReplayBody, RetryError, UpstreamFailure};
+use crate::retry::{self, ReplayBody, RetryError, SendTry, UpstreamFailure};
 use crate::route::grpc::{GrpcPeek, peek_model};
 use crate::route::{ModelRef, RequestFacts};
 use crate::split::{rewrite_grpc_version, rewrite_rest_path};
@@ -274,15 +275,8 @@ async fn run(
     // Retries and timeouts around the upstream call.
     let deadline = route.timeout.deadline(&parts.headers, started);
     let req = Request::from_parts(parts, body);
-    let result = send_upstream(
-        UpstreamService(Arc::clone(upstream)),
-        req,
-        policy,
-        &route.retry_budget,
-        deadline,
-        &route.name,
-    )
-    .await;
+    let mut svc = UpstreamService(Arc::clone(upstream));
+    let result = send_upstream(&mut svc, req, policy, &route.retry_budget, deadline, &route.name).await;
     let outcome = match result {
         Ok(resp) => resp,
         Err(e) => {
@@ -320,7 +314,7 @@ type RetryResult = Result<Response<retry::RetryBody<UpstreamBody>>, RetryError<U
 /// the `Send` check (rustc's higher-ranked lifetime erasure on `dyn Error + 'static` inside the body type);
 /// proving `Send` here, outside the async body, sidesteps it.
 fn send_upstream<'a>(
-    svc: UpstreamService,
+    svc: &'a mut UpstreamService,
     req: Request<ReqBody>,
     policy: &'a retry::RetryPolicy,
     budget: &'a retry::RetryBudget,
@@ -330,40 +324,33 @@ fn send_upstream<'a>(
     Box::pin(retry::send(svc, req, policy, budget, deadline, route))
 }
 
-/// A tower service sending one try to an upstream; what the retry and mirror policies call.
+/// Sends one try to an upstream; what the retry loop and the mirror call.
 #[derive(Clone)]
 pub struct UpstreamService(pub Arc<Upstream>);
 
 // Implemented for the one concrete body type only: a generic `B::Error: Into<BoxError>` bound here makes the
 // pipeline's future fail the `Send` check (higher-ranked lifetime inference on `dyn Error + 'static`).
-impl tower::Service<Request<ReqBody>> for UpstreamService {
+impl SendTry<Request<ReqBody>> for UpstreamService {
     type Response = Response<UpstreamBody>;
     type Error = UpstreamError;
-    type Future = BoxFuture<'static, Result<Response<UpstreamBody>, UpstreamError>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Limits are applied per call (immediate refusal), not by readiness.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let upstream = Arc::clone(&self.0);
-        Box::pin(async move {
-            // An empty body goes as a zero-sized one, which boxes without allocating.
-            let r = upstream
-                .send(req.map(|b| {
-                    if http_body::Body::is_end_stream(&b) {
-                        crate::proxy::empty()
-                    } else {
-                        b.boxed_unsync()
-                    }
-                }))
-                .await;
-            match &r {
-                Ok(resp) => upstream.tries().response(resp.status().as_u16()),
-                Err(e) => upstream.tries().failure(e.kind().as_str()),
+    fn send_try(
+        &mut self,
+        req: Request<ReqBody>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send {
+        let upstream = &self.0;
+        // An empty body goes as a zero-sized one, which boxes without allocating.
+        let sending = upstream.send(req.map(|b| {
+            if http_body::Body::is_end_stream(&b) {
+                crate::proxy::empty()
+            } else {
+                b.boxed_unsync()
             }
-            r
+        }));
+        // A combinator, not an `async` block awaiting `sending` (which would hold that future twice).
+        sending.inspect(move |r| match r {
+            Ok(resp) => upstream.tries().response(resp.status().as_u16()),
+            Err(e) => upstream.tries().failure(e.kind().as_str()),
         })
     }
 }

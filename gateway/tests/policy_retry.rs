@@ -151,10 +151,10 @@ fn request(grpc: bool) -> Request<ReplayBody<Full<Bytes>>> {
 
 /// Runs one request; returns (final HTTP status or error, tries seen by the upstream).
 async fn run(retry_on: &[&str], steps: Vec<Step>, grpc: bool) -> (Result<u16, String>, u32) {
-    let (svc, seen) = upstream(steps);
+    let (mut svc, seen) = upstream(steps);
     let p = policy(retry_on);
     let budget = RetryBudget::new(p.budget);
-    let out = send(svc, request(grpc), &p, &budget, None, "test").await;
+    let out = send(&mut svc, request(grpc), &p, &budget, None, "test").await;
     let tries = seen.lock().unwrap().tries;
     (out.map(|r| r.status().as_u16()).map_err(|e| e.to_string()), tries)
 }
@@ -195,9 +195,9 @@ async fn each_condition_retries_exactly_what_it_names() {
             per_try_timeout: Some(Duration::from_millis(100)),
             ..policy(on)
         };
-        let (svc, seen) = upstream(vec![first, Step::Status(200)]);
+        let (mut svc, seen) = upstream(vec![first, Step::Status(200)]);
         let budget = RetryBudget::new(p.budget);
-        let out = send(svc, request(grpc), &p, &budget, None, "test").await;
+        let out = send(&mut svc, request(grpc), &p, &budget, None, "test").await;
         let tries = seen.lock().unwrap().tries;
         if retried {
             assert_eq!(tries, 2, "{label}: expected one retry");
@@ -238,10 +238,12 @@ async fn gives_up_after_attempts_and_returns_the_last_answer() {
 
 #[tokio::test(start_paused = true)]
 async fn trailers_buffered_for_the_decision_reach_the_caller() {
-    let (svc, _) = upstream(vec![Step::GrpcTrailers(0)]);
+    let (mut svc, _) = upstream(vec![Step::GrpcTrailers(0)]);
     let p = policy(&["unavailable"]);
     let budget = RetryBudget::new(p.budget);
-    let resp = send(svc, request(true), &p, &budget, None, "test").await.unwrap();
+    let resp = send(&mut svc, request(true), &p, &budget, None, "test")
+        .await
+        .unwrap();
     let collected = resp.into_body().collect().await.unwrap();
     let trailers = collected.trailers().cloned().unwrap();
     assert_eq!(trailers["grpc-status"], "0");
@@ -250,7 +252,7 @@ async fn trailers_buffered_for_the_decision_reach_the_caller() {
 
 #[tokio::test(start_paused = true)]
 async fn bodies_larger_than_the_replay_limit_are_sent_once() {
-    let (svc, seen) = upstream(vec![Step::Status(503), Step::Status(200)]);
+    let (mut svc, seen) = upstream(vec![Step::Status(503), Step::Status(200)]);
     let p = RetryPolicy {
         max_replay_bytes: 8,
         ..policy(&["5xx"])
@@ -271,7 +273,7 @@ async fn bodies_larger_than_the_replay_limit_are_sent_once() {
         })
         .unwrap();
     let budget = RetryBudget::new(p.budget);
-    let resp = send(svc, req, &p, &budget, None, "test").await.unwrap();
+    let resp = send(&mut svc, req, &p, &budget, None, "test").await.unwrap();
     assert_eq!(
         resp.status(),
         StatusCode::SERVICE_UNAVAILABLE,
@@ -294,14 +296,14 @@ async fn budget_exhaustion_stops_retries_across_requests() {
         ..policy(&["5xx"])
     };
     let budget = RetryBudget::new(p.budget);
-    let (svc, seen) = upstream(vec![Step::Status(503)]);
+    let (mut svc, seen) = upstream(vec![Step::Status(503)]);
     // The floor allows 1/s × 2 s = 2 retries in the window, then none.
-    let r1 = send(svc.clone(), request(false), &p, &budget, None, "test")
+    let r1 = send(&mut svc.clone(), request(false), &p, &budget, None, "test")
         .await
         .unwrap();
     let i1 = *r1.extensions().get::<RetryInfo>().unwrap();
     assert_eq!((i1.tries, i1.budget_exhausted), (3, true));
-    let r2 = send(svc.clone(), request(false), &p, &budget, None, "test")
+    let r2 = send(&mut svc.clone(), request(false), &p, &budget, None, "test")
         .await
         .unwrap();
     let i2 = *r2.extensions().get::<RetryInfo>().unwrap();
@@ -309,7 +311,7 @@ async fn budget_exhaustion_stops_retries_across_requests() {
     assert_eq!(seen.lock().unwrap().tries, 4);
     // The window passes: retries are possible again.
     tokio::time::advance(Duration::from_secs(3)).await;
-    let r3 = send(svc, request(false), &p, &budget, None, "test")
+    let r3 = send(&mut svc, request(false), &p, &budget, None, "test")
         .await
         .unwrap();
     assert_eq!(r3.extensions().get::<RetryInfo>().unwrap().tries, 3);
@@ -317,7 +319,7 @@ async fn budget_exhaustion_stops_retries_across_requests() {
 
 #[tokio::test(start_paused = true)]
 async fn overall_deadline_covers_every_try_and_back_off() {
-    let (svc, seen) = upstream(vec![Step::Hang]);
+    let (mut svc, seen) = upstream(vec![Step::Hang]);
     let p = RetryPolicy {
         attempts: 10,
         per_try_timeout: Some(Duration::from_millis(100)),
@@ -329,7 +331,7 @@ async fn overall_deadline_covers_every_try_and_back_off() {
         overall: Some(Duration::from_millis(250)),
     }
     .deadline(&HeaderMap::new(), start);
-    let err = send(svc, request(false), &p, &budget, deadline, "test")
+    let err = send(&mut svc, request(false), &p, &budget, deadline, "test")
         .await
         .unwrap_err();
     let elapsed = start.elapsed();
@@ -347,13 +349,13 @@ async fn overall_deadline_covers_every_try_and_back_off() {
     );
 
     // Without an overall deadline the per-try timeout ends the last try.
-    let (svc, _) = upstream(vec![Step::Hang]);
+    let (mut svc, _) = upstream(vec![Step::Hang]);
     let p = RetryPolicy {
         attempts: 2,
         per_try_timeout: Some(Duration::from_millis(100)),
         ..policy(&["reset"])
     };
-    let err = send(svc, request(false), &p, &budget, None, "test")
+    let err = send(&mut svc, request(false), &p, &budget, None, "test")
         .await
         .unwrap_err();
     assert!(

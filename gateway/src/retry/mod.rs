@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod replay;
+pub mod send_try;
 pub mod service;
 
 use std::time::Duration;
@@ -15,6 +16,7 @@ use http::{HeaderMap, StatusCode};
 
 pub use budget::{BudgetSpec, RetryBudget, RetryBudgetStore};
 pub use replay::{ReplayBody, buffer_body};
+pub use send_try::SendTry;
 pub use service::{Retry, RetryBody, RetryError, RetryInfo, RetryLayer, send};
 
 /// Why an upstream call failed without a response: the upstream module reports this as data.

@@ -6,20 +6,22 @@
 //! tokio's clock. The layer wraps the same loop so it still composes in a tower stack.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
+use futures::FutureExt;
+use futures::future::{self, BoxFuture, Either};
 use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
-use super::{RetryBudget, RetryPolicy, UpstreamError, UpstreamFailure, grpc_status};
+use super::{RetryBudget, RetryPolicy, SendTry, UpstreamError, UpstreamFailure, grpc_status};
 use crate::metrics as m;
 use crate::retry::replay::ReplayBody;
 use crate::timeout::{GRPC_TIMEOUT, TimeoutPolicy, format_grpc_timeout};
@@ -172,8 +174,90 @@ enum Outcome<R, E> {
 /// left (the lesser of the deadline and the per-try timeout). When the policy retries on gRPC codes
 /// and a gRPC response carries no `grpc-status` in its headers, up to `max_replay_bytes` of the
 /// response are read to find its trailers; a larger response is passed on without a retry decision.
-pub async fn send<S, B, R>(
-    mut svc: S,
+///
+/// A request that cannot be retried (its body is not replayable, or the policy never retries: the default)
+/// takes one try without the loop, whose future is several times larger and is moved on every await.
+pub fn send<'a, S, B, R>(
+    svc: &'a mut S,
+    req: Request<ReplayBody<B>>,
+    policy: &'a RetryPolicy,
+    budget: &'a RetryBudget,
+    deadline: Option<Instant>,
+    route: &'a str,
+) -> impl Future<Output = Result<Response<RetryBody<R>>, RetryError<S::Error>>> + 'a
+where
+    S: SendTry<Request<ReplayBody<B>>, Response = Response<R>>,
+    S::Error: UpstreamError,
+    B: Body<Data = Bytes> + Unpin + 'a,
+    R: Body<Data = Bytes> + Unpin + 'a,
+    R::Error: Into<BoxError>,
+{
+    if req.body().is_replayable() && policy.retries() {
+        Either::Left(retry_loop(svc, req, policy, budget, deadline, route))
+    } else {
+        Either::Right(single_try(svc, req, policy, budget, deadline))
+    }
+}
+
+/// The one try of a request that cannot be retried: what the loop does on its last possible try.
+fn single_try<'a, S, B, R>(
+    svc: &'a mut S,
+    req: Request<ReplayBody<B>>,
+    policy: &RetryPolicy,
+    budget: &RetryBudget,
+    deadline: Option<Instant>,
+) -> impl Future<Output = Result<Response<RetryBody<R>>, RetryError<S::Error>>> + 'a
+where
+    S: SendTry<Request<ReplayBody<B>>, Response = Response<R>>,
+    S::Error: 'a,
+    B: 'a,
+    R: 'a,
+{
+    let now = Instant::now();
+    budget.deposit(now);
+    let info = RetryInfo {
+        tries: 1,
+        ..RetryInfo::default()
+    };
+    let remaining = deadline.map(|d| d.saturating_duration_since(now));
+    if remaining == Some(Duration::ZERO) {
+        return Either::Left(future::ready(Err(RetryError::DeadlineExceeded { info })));
+    }
+    let (try_limit, limited_by_deadline) = try_limit(policy.per_try_timeout, remaining);
+    let mut req = req;
+    if let Some(t) = try_limit
+        && is_grpc_request(req.headers())
+    {
+        req.headers_mut().insert(GRPC_TIMEOUT, format_grpc_timeout(t));
+    }
+    let answered = move |result: Result<Response<R>, S::Error>| match result {
+        Ok(resp) => Ok(resp.map(RetryBody::Stream)),
+        Err(source) => Err(RetryError::Upstream { source, info }),
+    };
+    let call = svc.send_try(req);
+    Either::Right(match try_limit {
+        None => Either::Left(call.map(answered)),
+        Some(t) => Either::Right(tokio::time::timeout_at(now + t, call).map(move |r| match r {
+            Ok(result) => answered(result),
+            Err(_) if limited_by_deadline => Err(RetryError::DeadlineExceeded { info }),
+            Err(_) => Err(RetryError::PerTryTimeout { timeout: t, info }),
+        })),
+    })
+}
+
+/// A try's time limit, the lesser of the per-try timeout and the time `remaining` to the deadline, and
+/// whether it is the deadline that limits it.
+fn try_limit(per_try: Option<Duration>, remaining: Option<Duration>) -> (Option<Duration>, bool) {
+    match (per_try, remaining) {
+        (Some(p), Some(r)) if r <= p => (Some(r), true),
+        (Some(p), _) => (Some(p), false),
+        (None, r) => (r, r.is_some()),
+    }
+}
+
+/// The retry loop, for a request that may be retried.
+async fn retry_loop<S, B, R>(
+    svc: &mut S,
     req: Request<ReplayBody<B>>,
     policy: &RetryPolicy,
     budget: &RetryBudget,
@@ -181,7 +265,7 @@ pub async fn send<S, B, R>(
     route: &str,
 ) -> Result<Response<RetryBody<R>>, RetryError<S::Error>>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<R>>,
+    S: SendTry<Request<ReplayBody<B>>, Response = Response<R>>,
     S::Error: UpstreamError,
     B: Body<Data = Bytes> + Unpin,
     R: Body<Data = Bytes> + Unpin,
@@ -206,11 +290,7 @@ where
         if remaining == Some(Duration::ZERO) {
             return Err(RetryError::DeadlineExceeded { info });
         }
-        let (try_limit, limited_by_deadline) = match (policy.per_try_timeout, remaining) {
-            (Some(p), Some(r)) if r <= p => (Some(r), true),
-            (Some(p), _) => (Some(p), false),
-            (None, r) => (r, r.is_some()),
-        };
+        let (try_limit, limited_by_deadline) = try_limit(policy.per_try_timeout, remaining);
         let can_retry = replayable && info.tries < policy.attempts && !policy.retry_on.is_empty();
         // A try that may be followed by another sends copies; the last possible try takes the originals.
         let (head, body) = if can_retry {
@@ -230,10 +310,7 @@ where
             req.headers_mut().insert(GRPC_TIMEOUT, format_grpc_timeout(t));
         }
 
-        let call = async {
-            svc.ready().await?;
-            svc.call(req).await
-        };
+        let call = svc.send_try(req);
         let result = match try_limit {
             Some(t) => tokio::time::timeout_at(now + t, call).await.ok(),
             None => Some(call.await),
@@ -441,8 +518,9 @@ where
         let inner = self.inner.clone();
         let l = self.layer.clone();
         Box::pin(async move {
+            let mut inner = inner;
             let deadline = l.timeout.deadline(req.headers(), Instant::now());
-            send(inner, req, &l.policy, &l.budget, deadline, &l.route).await
+            send(&mut inner, req, &l.policy, &l.budget, deadline, &l.route).await
         })
     }
 }

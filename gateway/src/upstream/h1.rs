@@ -110,10 +110,11 @@ pub(crate) enum SendError {
 }
 
 /// Where the upstream and endpoint are named in errors, and where a finished connection goes back to.
+#[derive(Clone)]
 pub(crate) struct Target<'a> {
     pub(crate) upstream: &'a str,
     pub(crate) addr: SocketAddr,
-    pub(crate) idle: &'a Arc<IdleConns>,
+    pub(crate) idle: Arc<IdleConns>,
 }
 
 impl Target<'_> {
@@ -157,8 +158,8 @@ impl H1Conn {
         mut self,
         req: Request<Body>,
         pooled: bool,
-        target: &'t Target<'t>,
-    ) -> impl Future<Output = Result<Response<H1Body>, SendError>> + Send + 't {
+        target: Target<'t>,
+    ) -> impl Future<Output = Result<Response<H1Body>, SendError>> + Send + use<'t> {
         let (parts, body) = req.into_parts();
         let head_request = parts.method == Method::HEAD;
         let framing = if body.is_end_stream() {
@@ -173,7 +174,7 @@ impl H1Conn {
         drop(parts);
         async move {
             if framing == RequestFraming::Empty {
-                return self.exchange(head_request, pooled, true, target).await;
+                return self.exchange(head_request, pooled, true, &target).await;
             }
             let mut body = body;
             if let Err(failure) = self.write_body(&mut body, framing).await {
@@ -198,7 +199,7 @@ impl H1Conn {
                     ),
                 });
             }
-            self.exchange(head_request, pooled, false, target).await
+            self.exchange(head_request, pooled, false, &target).await
         }
     }
 
@@ -313,7 +314,7 @@ impl H1Conn {
             conn: Some(self),
             decoder,
             keep_alive,
-            idle: Arc::clone(target.idle),
+            idle: Arc::clone(&target.idle),
             remaining,
         };
         if body.decoder.is_done() {

@@ -14,12 +14,15 @@ mod outlier;
 mod pool;
 mod resolve;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use futures::FutureExt;
+use futures::future::Either;
 use http::{Request, Response};
 use tokio::sync::{Semaphore, watch};
 
@@ -138,10 +141,36 @@ impl Upstream {
 
     /// Sends one try of `req` to one endpoint. The response body keeps the endpoint's outstanding count and
     /// the concurrency slot until it ends or is dropped.
-    pub async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let name = &self.settings.name;
-        let permit = self.acquire().await?;
-        let endpoint = self.pick().await?;
+    ///
+    /// When a concurrency slot is free and an endpoint known (the common case), the request is handed to the
+    /// endpoint's pool before the future is made, so the future holds the exchange and not the request (see
+    /// `Pool::send`).
+    pub fn send(
+        &self,
+        req: Request<Body>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send + '_ {
+        let ready = Arc::clone(&self.concurrency)
+            .try_acquire_owned()
+            .ok()
+            .and_then(|permit| Some((permit, self.endpoint_now()?)));
+        match ready {
+            Some((permit, endpoint)) => Either::Left(self.dispatch(permit, endpoint, req)),
+            // Boxed: waiting for a slot or for the first DNS answer is rare, and its future large.
+            None => Either::Right(Box::pin(async move {
+                let permit = self.acquire().await?;
+                let endpoint = self.pick().await?;
+                self.dispatch(permit, endpoint, req).await
+            })),
+        }
+    }
+
+    /// Sends `req` to `endpoint` holding `permit`.
+    fn dispatch(
+        &self,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        endpoint: Arc<Endpoint>,
+        req: Request<Body>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send + '_ {
         let guard = Guard::new(Arc::clone(&endpoint), permit);
         let req = bridge::to_upstream(
             req,
@@ -160,31 +189,34 @@ impl Upstream {
                 Some(failure),
             )
         };
-        let result = endpoint
+        let name = &self.settings.name;
+        let sending = endpoint
             .pool()
-            .send(name, endpoint.addr(), &self.settings.connect, req)
-            .await
-            .map_err(|e| match body_failure.as_ref().and_then(|f| f.get()) {
+            .send(name, endpoint.addr(), &self.settings.connect, req);
+        // A combinator, not an `async` block: see `Pool::send`.
+        sending.map(move |result| {
+            let result = result.map_err(|e| match body_failure.as_ref().and_then(|f| f.get()) {
                 Some(kind) => e.reclassify(*kind),
                 None => e,
             });
-        match result {
-            Ok(resp) => {
-                if resp.status().is_server_error() {
-                    self.record_failure(&endpoint);
-                } else {
-                    endpoint.record_success();
+            match result {
+                Ok(resp) => {
+                    if resp.status().is_server_error() {
+                        self.record_failure(&endpoint);
+                    } else {
+                        endpoint.record_success();
+                    }
+                    Ok(resp.map(|b| UpstreamBody::new(b, guard)))
                 }
-                Ok(resp.map(|b| UpstreamBody::new(b, guard)))
-            }
-            Err(e) => {
-                if !e.kind().is_caller_fault() {
-                    self.record_failure(&endpoint);
+                Err(e) => {
+                    if !e.kind().is_caller_fault() {
+                        self.record_failure(&endpoint);
+                    }
+                    metrics::counter!(m::UPSTREAM_FAILURES, "upstream" => name.clone(), "kind" => e.kind().as_str()).increment(1);
+                    Err(e)
                 }
-                metrics::counter!(m::UPSTREAM_FAILURES, "upstream" => name.clone(), "kind" => e.kind().as_str()).increment(1);
-                Err(e)
             }
-        }
+        })
     }
 
     async fn acquire(&self) -> Result<tokio::sync::OwnedSemaphorePermit, UpstreamError> {
@@ -215,31 +247,41 @@ impl Upstream {
         })
     }
 
-    /// Power of two choices over the endpoints not ejected (all of them when every one is ejected).
+    /// The endpoint for the next request (see [`Upstream::endpoint_now`]), waiting for the first DNS answer
+    /// when none is known yet.
     async fn pick(&self) -> Result<Arc<Endpoint>, UpstreamError> {
-        let mut eps = self.endpoints.load_full();
-        if eps.is_empty() && self.settings.endpoints.iter().any(|s| s.ip_addr().is_none()) {
+        if let Some(endpoint) = self.endpoint_now() {
+            return Ok(endpoint);
+        }
+        if self.settings.endpoints.iter().any(|s| s.ip_addr().is_none()) {
             // The first resolution may still be under way: wait for it, no longer than a connect.
-            // (Boxed: a rare wait that would otherwise grow every request's future.)
+            // (Boxed: a rare wait that would otherwise grow the future.)
             Box::pin(self.first_resolution()).await;
-            eps = self.endpoints.load_full();
+            if let Some(endpoint) = self.endpoint_now() {
+                return Ok(endpoint);
+            }
         }
-        if eps.is_empty() {
-            let names: Vec<String> = self.settings.endpoints.iter().map(|s| s.to_string()).collect();
-            return Err(UpstreamError::new(
-                FailureKind::NoEndpoints,
-                &self.settings.name,
-                format!(
-                    "no endpoint address is known (endpoints: {}); check the DNS name",
-                    names.join(", ")
-                ),
-            ));
+        let names: Vec<String> = self.settings.endpoints.iter().map(|s| s.to_string()).collect();
+        Err(UpstreamError::new(
+            FailureKind::NoEndpoints,
+            &self.settings.name,
+            format!(
+                "no endpoint address is known (endpoints: {}); check the DNS name",
+                names.join(", ")
+            ),
+        ))
+    }
+
+    /// The endpoint for the next request: power of two choices over the endpoints not ejected (all of them
+    /// when every one is ejected); `None` while no address is known.
+    fn endpoint_now(&self) -> Option<Arc<Endpoint>> {
+        let eps = self.endpoints.load();
+        match eps.as_slice() {
+            [] => None,
+            // A lone endpoint is used ejected or not: no clock read to find out.
+            [only] => Some(Arc::clone(only)),
+            _ => Some(Arc::clone(choose(&eps, tokio::time::Instant::now()))),
         }
-        // A lone endpoint is used ejected or not: no clock read to find out.
-        if let [only] = eps.as_slice() {
-            return Ok(Arc::clone(only));
-        }
-        Ok(Arc::clone(choose(&eps, tokio::time::Instant::now())))
     }
 
     async fn first_resolution(&self) {
@@ -287,10 +329,6 @@ impl Upstream {
 /// Power of two choices over the endpoints of `eps` (not empty) not ejected at `now`, or over all of them
 /// when every one is ejected. Allocates nothing: the two draws are ranks among the candidates.
 fn choose(eps: &[Arc<Endpoint>], now: tokio::time::Instant) -> &Arc<Endpoint> {
-    if eps.len() == 1 {
-        // Ejected or not, a lone endpoint is the one used.
-        return &eps[0];
-    }
     let healthy = eps.iter().filter(|e| !e.is_ejected(now)).count();
     let nth = |rank: usize| -> &Arc<Endpoint> {
         if healthy == 0 {
