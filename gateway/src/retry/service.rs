@@ -193,7 +193,8 @@ where
     R::Error: Into<BoxError>,
 {
     if req.body().is_replayable() && policy.retries() {
-        Either::Left(retry_loop(svc, req, policy, budget, deadline, route))
+        // Boxed: the loop's future is several times the single try's, and every request would carry it.
+        Either::Left(Box::pin(retry_loop(svc, req, policy, budget, deadline, route)))
     } else {
         Either::Right(single_try(svc, req, policy, budget, deadline))
     }

@@ -18,6 +18,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::Either;
 use h2::client::{Connection, SendRequest};
 use h2::{Ping, PingPong, Reason, RecvStream, SendStream};
 use http::header::CONTENT_LENGTH;
@@ -123,23 +124,58 @@ impl H2Conn {
         !self.state.closed.load(Ordering::Acquire)
     }
 
-    /// Sends one request and waits for the response head. The body is written as flow control allows;
-    /// when it cannot all go at once, a task writes the rest (and resets the stream if this future is
-    /// dropped before the response arrives).
-    ///
-    /// `Err(Unsent(req))`: the connection cannot open streams (it closed, or received GOAWAY); the request
-    /// was not sent and can go on another connection.
-    pub(crate) async fn send(&self, req: Request<Body>) -> Result<Response<H2Body>, SendFailure> {
+    /// Sends `req` on a new stream. When the connection can open one at once (the common case) the head goes
+    /// out before the future is made, and the future holds only the stream (see `Pool::send`); otherwise it
+    /// waits for a stream slot first.
+    pub(crate) fn send(
+        &self,
+        req: Request<Body>,
+    ) -> impl Future<Output = Result<Response<H2Body>, SendFailure>> + Send + use<> {
         let mut tx = self.send.clone();
-        if let Err(e) = poll_fn(|cx| tx.poll_ready(cx)).await {
-            // The connection is done for new streams; later requests should not try it.
-            self.state.closed.store(true, Ordering::Release);
-            return Err(SendFailure::Unsent(Box::new(req), e));
+        let conn = Streams {
+            state: Arc::clone(&self.state),
+        };
+        // A first look with a no-op waker: `Pending` only means the wait below polls again with a real one.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match tx.poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => Either::Left(conn.open(tx, req)),
+            Poll::Ready(Err(e)) => Either::Right(Either::Left(std::future::ready(Err(conn.unsent(req, e))))),
+            // Boxed: waiting for a stream slot (the upstream's concurrent-stream limit) is rare.
+            Poll::Pending => Either::Right(Either::Right(Box::pin(async move {
+                if let Err(e) = poll_fn(|cx| tx.poll_ready(cx)).await {
+                    return Err(conn.unsent(req, e));
+                }
+                conn.open(tx, req).await
+            }))),
         }
+    }
+}
+
+/// What a request needs of its connection to open a stream and follow it: the shared state, not the
+/// connection (its future must not borrow the pool).
+struct Streams {
+    state: Arc<ConnState>,
+}
+
+impl Streams {
+    /// The connection could not take `req`: it is done for new streams, and later requests should not try it.
+    fn unsent(&self, req: Request<Body>, e: h2::Error) -> SendFailure {
+        self.state.closed.store(true, Ordering::Release);
+        SendFailure::Unsent(Box::new(req), e)
+    }
+
+    /// Opens the stream for `req` on `tx` (ready) and sends the head now; the future pipes the body and
+    /// awaits the response.
+    fn open(
+        self,
+        mut tx: SendRequest<Bytes>,
+        req: Request<Body>,
+    ) -> impl Future<Output = Result<Response<H2Body>, SendFailure>> + Send + 'static {
+        let state = self.state;
         let (parts, body) = req.into_parts();
         let mut head = Request::from_parts(parts, ());
         prepare_head(&mut head, &body);
-        if !self.state.sent_any.swap(true, Ordering::Relaxed) {
+        if !state.sent_any.swap(true, Ordering::Relaxed) {
             index_request_id_name(head.headers_mut());
         }
         let eos = body.is_end_stream();
@@ -147,46 +183,49 @@ impl H2Conn {
             Ok(pair) => pair,
             Err(e) => {
                 if e.is_go_away() || e.is_io() {
-                    self.state.closed.store(true, Ordering::Release);
+                    state.closed.store(true, Ordering::Release);
                 }
-                return Err(SendFailure::Failed(self.classify(&e), e));
+                let kind = classify(&state, &e);
+                return Either::Left(std::future::ready(Err(SendFailure::Failed(kind, e))));
             }
         };
         // Only the streams keep the connection busy from here on: a held `SendRequest` would stop it from
         // shutting down once the pool lets go of it.
         drop(tx);
-        let open = OpenStream::new(&self.state);
-        let cancel = if eos {
-            drop((body, stream));
-            None
-        } else {
-            pipe(body, stream).await
-        };
-        match response.await {
-            Ok(resp) => {
-                self.state.touch();
-                if let Some(c) = cancel {
-                    c.disarm();
+        let open = OpenStream::new(&state);
+        Either::Right(async move {
+            let cancel = if eos {
+                drop((body, stream));
+                None
+            } else {
+                pipe(body, stream).await
+            };
+            match response.await {
+                Ok(resp) => {
+                    state.touch();
+                    if let Some(c) = cancel {
+                        c.disarm();
+                    }
+                    let length = content_length(resp.headers());
+                    Ok(resp.map(|recv| H2Body {
+                        recv,
+                        data_done: false,
+                        remaining: length,
+                        open: Some(open),
+                    }))
                 }
-                let length = content_length(resp.headers());
-                Ok(resp.map(|recv| H2Body {
-                    recv,
-                    data_done: false,
-                    remaining: length,
-                    open: Some(open),
-                }))
+                Err(e) => Err(SendFailure::Failed(classify(&state, &e), e)),
             }
-            Err(e) => Err(SendFailure::Failed(self.classify(&e), e)),
-        }
+        })
     }
+}
 
-    /// The failure kind of an error of a stream on this connection.
-    fn classify(&self, e: &h2::Error) -> FailureKind {
-        if self.state.timed_out.load(Ordering::Acquire) {
-            return FailureKind::Timeout;
-        }
-        super::error::classify_h2_error(e)
+/// The failure kind of an error of a stream on the connection with `state`.
+fn classify(state: &ConnState, e: &h2::Error) -> FailureKind {
+    if state.timed_out.load(Ordering::Acquire) {
+        return FailureKind::Timeout;
     }
+    super::error::classify_h2_error(e)
 }
 
 /// Why [`H2Conn::send`] produced no response.

@@ -154,12 +154,10 @@ impl Pool {
     ) -> impl Future<Output = Result<Response<PoolBody>, UpstreamError>> + Send + use<'a> {
         let local = &self.per_worker[crate::worker::current() % self.per_worker.len()];
         match local {
-            Conns::Http2(p) => {
-                let p = Arc::clone(p);
-                Either::Left(
-                    async move { Ok(p.send(upstream, addr, settings, req).await?.map(PoolBody::Http2)) },
-                )
-            }
+            Conns::Http2(p) => Either::Left(
+                p.send(upstream, addr, settings, req)
+                    .map_ok(|resp| resp.map(PoolBody::Http2)),
+            ),
             // A combinator, not an `async` block awaiting `sending`: the block would hold the future twice (as
             // the value it captured and as the one it awaits), doubling the size at every layer.
             Conns::Http1(p) => Either::Right(
@@ -188,19 +186,49 @@ impl Conns {
 }
 
 impl H2Pool {
-    async fn send(
-        &self,
+    /// Sends `req` on the next slot's connection. Made before it is awaited: on an open connection the
+    /// request's stream is opened now (see [`Pool::send`]); connecting, and reconnecting after a connection that
+    /// turned out closed, are boxed.
+    fn send<'a>(
+        self: &Arc<Self>,
+        upstream: &'a str,
+        addr: SocketAddr,
+        settings: &'a ConnectSettings,
+        req: Request<Body>,
+    ) -> impl Future<Output = Result<Response<H2Body>, UpstreamError>> + Send + use<'a> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let pool = Arc::clone(self);
+        let Some(conn) = self.slots[i].open_conn() else {
+            return Either::Right(Box::pin(
+                pool.connect_and_send(i, 2, upstream, addr, settings, req),
+            ));
+        };
+        Either::Left(conn.send(req).then(move |result| match result {
+            Ok(resp) => Either::Left(future::ready(Ok(resp))),
+            Err(SendFailure::Unsent(back, e)) => {
+                tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/2 connection is closed; reconnecting");
+                pool.slots[i].forget(&conn);
+                Either::Right(Box::pin(pool.connect_and_send(i, 1, upstream, addr, settings, *back)))
+            }
+            Err(failed) => Either::Left(future::ready(Err(failed.into_error(upstream, addr)))),
+        }))
+    }
+
+    /// Sends `req` on slot `i`, connecting it when its connection is gone, making at most `attempts` tries: a
+    /// pooled connection may have closed (or received GOAWAY) since it was stored, and then the request comes
+    /// back unsent and we connect once more.
+    async fn connect_and_send(
+        self: Arc<Self>,
+        i: usize,
+        attempts: usize,
         upstream: &str,
         addr: SocketAddr,
         settings: &ConnectSettings,
         req: Request<Body>,
     ) -> Result<Response<H2Body>, UpstreamError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let slot = &self.slots[i];
         let mut req = req;
-        // A pooled connection may have closed (or received GOAWAY) since it was stored: then the request
-        // comes back unsent and we connect once more.
-        for _ in 0..2 {
+        for _ in 0..attempts {
             let conn = slot.get(upstream, addr, settings).await?;
             match conn.send(req).await {
                 Ok(resp) => return Ok(resp),
@@ -228,9 +256,7 @@ impl H2Slot {
         addr: SocketAddr,
         settings: &ConnectSettings,
     ) -> Result<Arc<H2Conn>, UpstreamError> {
-        if let Some(c) = self.conn.load_full()
-            && c.is_usable()
-        {
+        if let Some(c) = self.open_conn() {
             return Ok(c);
         }
         // Boxed: connecting (TCP, TLS, HTTP/2 handshake, timeouts) is a large future, and keeping it
@@ -253,6 +279,11 @@ impl H2Slot {
         let conn = Arc::new(connect_h2(upstream, addr, settings).await?);
         self.conn.store(Some(Arc::clone(&conn)));
         Ok(conn)
+    }
+
+    /// The slot's connection, if it is open.
+    fn open_conn(&self) -> Option<Arc<H2Conn>> {
+        self.conn.load_full().filter(|c| c.is_usable())
     }
 
     /// Drops `conn` from the slot (unless another request already replaced it).
