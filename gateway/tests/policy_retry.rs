@@ -398,3 +398,92 @@ async fn grpc_timeout_is_honoured_and_rewritten_for_the_time_left() {
         seen.grpc_timeouts
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_cannot_be_retried_gets_one_try_with_the_same_limits() {
+    // The policy never retries (the default): one try, bounded by the per-try timeout.
+    let no_retries = RetryPolicy {
+        per_try_timeout: Some(Duration::from_millis(100)),
+        ..RetryPolicy::default()
+    };
+    let budget = RetryBudget::new(no_retries.budget);
+    let (mut svc, seen) = upstream(vec![Step::Hang]);
+    let start = Instant::now();
+    let err = send(&mut svc, request(false), &no_retries, &budget, None, "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RetryError::PerTryTimeout { timeout, info: RetryInfo { tries: 1, .. } } if timeout == Duration::from_millis(100)),
+        "{err}"
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    assert_eq!(seen.lock().unwrap().tries, 1);
+
+    // A deadline sooner than the per-try timeout ends it as a deadline, and a gRPC try is told the time left.
+    let (mut svc, seen) = upstream(vec![Step::Hang]);
+    let start = Instant::now();
+    let deadline = Some(start + Duration::from_millis(40));
+    let err = send(&mut svc, request(true), &no_retries, &budget, deadline, "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RetryError::DeadlineExceeded {
+                info: RetryInfo { tries: 1, .. }
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(40));
+    assert_eq!(
+        seen.lock().unwrap().grpc_timeouts,
+        vec![Duration::from_millis(40)]
+    );
+
+    // A deadline already passed: no try at all.
+    let (mut svc, seen) = upstream(vec![Step::Status(200)]);
+    let err = send(
+        &mut svc,
+        request(false),
+        &no_retries,
+        &budget,
+        Some(Instant::now()),
+        "test",
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, RetryError::DeadlineExceeded { .. }), "{err}");
+    assert_eq!(seen.lock().unwrap().tries, 0);
+
+    // A retrying policy with a body that cannot be replayed: one try, its failure passed on as it is.
+    let (mut svc, seen) = upstream(vec![Step::Fail(UpstreamFailure::Reset), Step::Status(200)]);
+    let retrying = policy(&["reset"]);
+    let once = request(false).map(|_| ReplayBody::Once {
+        prefix: Default::default(),
+        rest: Full::new(Bytes::from_static(b"streamed")),
+    });
+    let err = send(&mut svc, once, &retrying, &budget, None, "test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RetryError::Upstream {
+                source: UpErr(UpstreamFailure::Reset),
+                info: RetryInfo { tries: 1, .. }
+            }
+        ),
+        "{err}"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!((seen.tries, seen.bodies[0].as_ref()), (1, &b"streamed"[..]));
+
+    // And an answer passes through untouched.
+    let (mut svc, _) = upstream(vec![Step::Status(503)]);
+    let resp = send(&mut svc, request(false), &no_retries, &budget, None, "test")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert!(resp.extensions().get::<RetryInfo>().is_none());
+}

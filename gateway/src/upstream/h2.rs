@@ -124,9 +124,8 @@ impl H2Conn {
         !self.state.closed.load(Ordering::Acquire)
     }
 
-    /// Sends `req` on a new stream. When the connection can open one at once (the common case) the head goes
-    /// out before the future is made, and the future holds only the stream (see `Pool::send`); otherwise it
-    /// waits for a stream slot first.
+    /// Sends `req` on a new stream. When the connection takes a stream at once (the common case) the head is
+    /// handed to h2 before the future is made, and the future holds only the stream (see `Pool::send`).
     pub(crate) fn send(
         &self,
         req: Request<Body>,
@@ -136,11 +135,13 @@ impl H2Conn {
             state: Arc::clone(&self.state),
         };
         // A first look with a no-op waker: `Pending` only means the wait below polls again with a real one.
+        // (A fresh handle is ready unless the connection failed: h2 queues streams over the upstream's
+        // concurrent-stream limit itself. The wait keeps to its API all the same.)
         let mut cx = Context::from_waker(std::task::Waker::noop());
         match tx.poll_ready(&mut cx) {
             Poll::Ready(Ok(())) => Either::Left(conn.open(tx, req)),
             Poll::Ready(Err(e)) => Either::Right(Either::Left(std::future::ready(Err(conn.unsent(req, e))))),
-            // Boxed: waiting for a stream slot (the upstream's concurrent-stream limit) is rare.
+            // Boxed: rare (above).
             Poll::Pending => Either::Right(Either::Right(Box::pin(async move {
                 if let Err(e) = poll_fn(|cx| tx.poll_ready(cx)).await {
                     return Err(conn.unsent(req, e));

@@ -140,11 +140,12 @@ impl Pool {
     }
 
     /// Sends `req` to the endpoint at `addr` on this worker's connections, connecting when no usable
-    /// connection is pooled.
-    /// Sends `req` on one of this worker's connections. The request is consumed before the future is made
-    /// (for HTTP/1.1, encoded on an idle connection), so the future holds only the exchange: it is moved on
-    /// every await of the callers', and carrying the request (240 bytes) through every layer copied it over
-    /// and over (callgrind, docs/benchmarks.md, run 12).
+    /// connection is pooled. The request is consumed before the future is made (on a pooled connection,
+    /// encoded for HTTP/1.1, its stream opened for HTTP/2), so the future holds only the exchange: it is moved
+    /// on every await of the callers', and carrying the request (240 bytes) through every layer copied it
+    /// over and over (callgrind, docs/benchmarks.md, runs 12–13). The futures are built with combinators, not
+    /// `async` blocks awaiting them: a block holds a future it captured twice (as the value captured and as
+    /// the one awaited), doubling the size at every layer.
     pub(crate) fn send<'a>(
         &self,
         upstream: &'a str,
@@ -158,8 +159,6 @@ impl Pool {
                 p.send(upstream, addr, settings, req)
                     .map_ok(|resp| resp.map(PoolBody::Http2)),
             ),
-            // A combinator, not an `async` block awaiting `sending`: the block would hold the future twice (as
-            // the value it captured and as the one it awaits), doubling the size at every layer.
             Conns::Http1(p) => Either::Right(
                 p.send(upstream, addr, settings, req)
                     .map_ok(|resp| resp.map(PoolBody::Http1)),
@@ -167,6 +166,7 @@ impl Pool {
         }
     }
 
+    /// Number of open connections, over all workers (for tests and the admin API).
     pub(crate) fn open_connections(&self) -> usize {
         self.per_worker.iter().map(Conns::open_connections).sum()
     }
@@ -199,16 +199,14 @@ impl H2Pool {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let pool = Arc::clone(self);
         let Some(conn) = self.slots[i].open_conn() else {
-            return Either::Right(Box::pin(
-                pool.connect_and_send(i, 2, upstream, addr, settings, req),
-            ));
+            return Either::Right(Box::pin(pool.send_on_slot(i, 2, upstream, addr, settings, req)));
         };
         Either::Left(conn.send(req).then(move |result| match result {
             Ok(resp) => Either::Left(future::ready(Ok(resp))),
             Err(SendFailure::Unsent(back, e)) => {
                 tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/2 connection is closed; reconnecting");
                 pool.slots[i].forget(&conn);
-                Either::Right(Box::pin(pool.connect_and_send(i, 1, upstream, addr, settings, *back)))
+                Either::Right(Box::pin(pool.send_on_slot(i, 1, upstream, addr, settings, *back)))
             }
             Err(failed) => Either::Left(future::ready(Err(failed.into_error(upstream, addr)))),
         }))
@@ -217,7 +215,7 @@ impl H2Pool {
     /// Sends `req` on slot `i`, connecting it when its connection is gone, making at most `attempts` tries: a
     /// pooled connection may have closed (or received GOAWAY) since it was stored, and then the request comes
     /// back unsent and we connect once more.
-    async fn connect_and_send(
+    async fn send_on_slot(
         self: Arc<Self>,
         i: usize,
         attempts: usize,
@@ -313,21 +311,21 @@ impl H1Pool {
         let first = match self.idle.take() {
             Some(conn) => Either::Left(conn.send(req, true, target.clone())),
             // Boxed for the reason given in `H2Slot::get`.
-            None => Either::Right(Box::pin(connect_and_send(settings, req, target.clone()))),
+            None => Either::Right(Box::pin(send_on_new_connection(settings, req, target.clone()))),
         };
         first.then(move |result| match result {
             Ok(resp) => Either::Left(future::ready(Ok(resp))),
             Err(SendError::Stale(Some(replay), e)) => {
                 tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/1.1 connection was stale; sending again");
-                Either::Right(Box::pin(resend(settings, replay, target)))
+                Either::Right(Box::pin(resend_on_new_connection(settings, replay, target)))
             }
             Err(SendError::Stale(None, e) | SendError::Failed(e)) => Either::Left(future::ready(Err(e))),
         })
     }
 }
 
-/// Sends `req` on a new connection.
-async fn connect_and_send(
+/// Sends `req` on a new HTTP/1.1 connection.
+async fn send_on_new_connection(
     settings: &ConnectSettings,
     req: Request<Body>,
     target: Target<'_>,
@@ -338,8 +336,8 @@ async fn connect_and_send(
     conn.send(req, false, target).await
 }
 
-/// Sends a request again on a new connection, the pooled one it was written to having gone stale.
-async fn resend(
+/// Sends a request again on a new HTTP/1.1 connection, the pooled one it was written to having gone stale.
+async fn resend_on_new_connection(
     settings: &ConnectSettings,
     replay: Replay,
     target: Target<'_>,
