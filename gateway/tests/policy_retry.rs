@@ -476,8 +476,10 @@ async fn a_request_that_cannot_be_retried_gets_one_try_with_the_same_limits() {
         ),
         "{err}"
     );
-    let seen = seen.lock().unwrap();
-    assert_eq!((seen.tries, seen.bodies[0].as_ref()), (1, &b"streamed"[..]));
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!((seen.tries, seen.bodies[0].as_ref()), (1, &b"streamed"[..]));
+    }
 
     // And an answer passes through untouched.
     let (mut svc, _) = upstream(vec![Step::Status(503)]);
