@@ -62,7 +62,7 @@ impl MirrorPolicy {
     /// Sends `req` through `svc` on a spawned task and discards the response. Returns `false`
     /// (and sends nothing) when the route already has its maximum of copies in flight. Must be
     /// called inside a tokio runtime.
-    pub fn spawn<S, B>(&self, svc: S, mut req: Request<B>) -> bool
+    pub fn spawn<S, B>(&self, mut svc: S, mut req: Request<B>) -> bool
     where
         S: SendTry<Request<B>> + Send + 'static,
         S::Error: std::fmt::Display,
@@ -80,7 +80,6 @@ impl MirrorPolicy {
         let upstream = self.upstream.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let mut svc = svc;
             let outcome = match tokio::time::timeout(timeout, svc.send_try(req)).await {
                 Ok(Ok(_response)) => "ok",
                 Ok(Err(e)) => {

@@ -204,8 +204,7 @@ impl H2Pool {
         Either::Left(conn.send(req).then(move |result| match result {
             Ok(resp) => Either::Left(future::ready(Ok(resp))),
             Err(SendFailure::Unsent(back, e)) => {
-                tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/2 connection is closed; reconnecting");
-                pool.slots[i].forget(&conn);
+                pool.slots[i].forget_closed(&conn, upstream, addr, &e);
                 Either::Right(Box::pin(pool.send_on_slot(i, 1, upstream, addr, settings, *back)))
             }
             Err(failed) => Either::Left(future::ready(Err(failed.into_error(upstream, addr)))),
@@ -231,8 +230,7 @@ impl H2Pool {
             match conn.send(req).await {
                 Ok(resp) => return Ok(resp),
                 Err(SendFailure::Unsent(back, e)) => {
-                    tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/2 connection is closed; reconnecting");
-                    slot.forget(&conn);
+                    slot.forget_closed(&conn, upstream, addr, &e);
                     req = *back;
                 }
                 Err(failed) => return Err(failed.into_error(upstream, addr)),
@@ -284,8 +282,10 @@ impl H2Slot {
         self.conn.load_full().filter(|c| c.is_usable())
     }
 
-    /// Drops `conn` from the slot (unless another request already replaced it).
-    fn forget(&self, conn: &Arc<H2Conn>) {
+    /// Drops `conn`, which handed a request back unsent with `e` (it closed, or received GOAWAY), from the slot
+    /// (unless another request already replaced it), so that the next request connects again.
+    fn forget_closed(&self, conn: &Arc<H2Conn>, upstream: &str, addr: SocketAddr, e: &h2::Error) {
+        tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/2 connection is closed; reconnecting");
         let current = self.conn.load();
         if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             self.conn.compare_and_swap(&*current, None);
