@@ -16,7 +16,7 @@ mod matmul;
 mod mm;
 mod movement;
 mod norm;
-mod num;
+pub(crate) mod num;
 mod padded;
 mod pool;
 mod reduce;
