@@ -18,10 +18,12 @@
 # machine each target's way of talking to it costs; for "direct", the upstream serving h2load itself); p99
 # latency at a fixed rate of half the best plain peer's max (same worker count) over 16 connections, and the
 # proxy's CPU time per request at that rate; p50 latency at 200 and at 1,000 req/s over one connection and what
-# the proxy adds to it over going direct (on a VM whose idle vCPUs halt, the 200 req/s figure is mostly the cost
-# of waking them, which a proxy pays twice as often: docs/benchmarks.md, ## gateway, runs 7-8). The latencies are
-# medians of BENCH_LAT_REPEAT rounds (default 3) taken in turn across the targets. RSS idle and peak: VmRSS /
-# VmHWM summed over the proxy's processes.
+# the proxy adds to it over going direct (on this VM the 200 req/s figure is mostly what the hops that land on the
+# other, idle vCPU cost, and a proxy adds two hops: docs/benchmarks.md, ## gateway, runs 17-18). The latencies are
+# medians of BENCH_LAT_REPEAT rounds (default 3) taken in turn across the targets. The same p50 at 200 req/s
+# with h2load, the target and the upstream all held on CPU 0 (taskset, every thread; put back afterwards): no
+# hop then lands on the other vCPU, so "added" is the proxy's own share of the round trip (since run 18). RSS idle
+# and peak: VmRSS / VmHWM summed over the proxy's processes.
 #
 # BENCH_BASELINE=DIR adds rows for the gateway binary in DIR (an earlier commit's release build), run next to
 # this one with the same routes file, so a change is measured within the same rounds.
@@ -43,6 +45,7 @@ WORKERS="${BENCH_WORKERS:-1 2}"
 BASELINE="${BENCH_BASELINE:-}"
 [ -z "$BASELINE" ] || [ -x "$BASELINE/infergate-gateway" ] || { echo "bench-gateway: $BASELINE/infergate-gateway is missing" >&2; exit 1; }
 UP=30001
+ALL_CPUS="0-$(( $(nproc) - 1 ))"
 TCK=$(getconf CLK_TCK)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 tmp="$(mktemp -d)"
@@ -171,9 +174,9 @@ for t in "${TARGETS[@]}"; do [ "$t" = direct ] || IDLE[$t]=$(sum_status "${PID[$
 # Runs h2load and prints "succeeded_requests seconds", the seconds h2load measured (its "finished in" counts
 # the warm-up too: WARM_UP seconds with requests running and none counted); warns when some did not succeed.
 WARM_UP=1
-load() { # label warm-up-seconds h2load-args...
+load() { # label warm-up-seconds h2load-args... (h2load runs on CPUs $ON_CPUS when set, else on all)
   local label=$1 warm=$2; shift 2
-  local out; out=$(h2load --h1 "$@" 2>/dev/null)
+  local out; out=$(taskset -c "${ON_CPUS:-$ALL_CPUS}" h2load --h1 "$@" 2>/dev/null)
   local ok failed secs
   ok=$(awk '/^requests:/ {print $8}' <<<"$out")
   failed=$(awk '/^requests:/ {print $10 + $12 + $14}' <<<"$out")
@@ -228,36 +231,48 @@ pct_at_rate() { # target rate clients percentile
   echo "$(sort -n -k3 "$tmp/lat.log" | awk -v p="$4" '{a[NR]=$3} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}') $cpu"
 }
 
-declare -A P99 P50 P50_1K HALF CPU
+# Holds every thread of the upstream and of target $2's processes on CPUs $1 (the target's own runtime threads,
+# nginx's workers, HAProxy's threads alike).
+pin() { # cpus target
+  local p; for p in $UPSTREAM $( [ "$2" = direct ] || tree "${PID[$2]}" ); do taskset -a -p -c "$1" "$p" >/dev/null; done
+}
+p50_one_cpu() { # target: p50 µs at 200 req/s over one connection, everything on CPU 0
+  pin 0 "$1"
+  local p; read -r p _ < <(ON_CPUS=0 pct_at_rate "$1" 200 1 50)
+  pin "$ALL_CPUS" "$1"
+  echo "$p"
+}
+declare -A P99 P50 P50_1K HALF CPU P50P
 for w in $WORKERS; do
   best=$(( RPS[nginx$w] > RPS[haproxy$w] ? RPS[nginx$w] : RPS[haproxy$w] ))
   for t in gw gwh1 nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )); done
 done
 HALF[direct]=${HALF[gw${WORKERS%% *}]}
 # Latency rounds taken in turn over the targets, as for throughput; the table gives the medians.
-declare -A P99S P50S P50K CPUS
+declare -A P99S P50S P50K CPUS P50PS
 for _ in $(seq 1 "$LAT_REPEAT"); do
   for t in "${TARGETS[@]}"; do
     read -r p c < <(pct_at_rate "$t" "${HALF[$t]}" 16 99); P99S[$t]+="$p "; [ "$c" = - ] || CPUS[$t]+="$c "
     read -r p _ < <(pct_at_rate "$t" 200 1 50); P50S[$t]+="$p "
     read -r p _ < <(pct_at_rate "$t" 1000 1 50); P50K[$t]+="$p "
+    P50PS[$t]+="$(p50_one_cpu "$t") "
   done
 done
 for t in "${TARGETS[@]}"; do
   P99[$t]=$(median "${P99S[$t]}"); P50[$t]=$(median "${P50S[$t]}"); P50_1K[$t]=$(median "${P50K[$t]}")
-  CPU[$t]=$(median "${CPUS[$t]:-}")
+  CPU[$t]=$(median "${CPUS[$t]:-}"); P50P[$t]=$(median "${P50PS[$t]}")
 done
 declare -A HWM
 for t in "${TARGETS[@]}"; do [ "$t" = direct ] || HWM[$t]=$(sum_status "${PID[$t]}" VmHWM); done
 
 echo
-echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | p50 µs at 1,000 req/s, 1 conn | added p50 µs | RSS idle MB | RSS peak MB |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | p50 µs at 1,000 req/s, 1 conn | added p50 µs | p50 µs at 200 req/s, all on one CPU | added p50 µs | RSS idle MB | RSS peak MB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for t in "${TARGETS[@]}"; do
-  added=$(( P50[$t] - P50[direct] )) added_1k=$(( P50_1K[$t] - P50_1K[direct] ))
-  if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; added_1k="-"; else
+  added=$(( P50[$t] - P50[direct] )) added_1k=$(( P50_1K[$t] - P50_1K[direct] )) added_p=$(( P50P[$t] - P50P[direct] ))
+  if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; added_1k="-"; added_p="-"; else
     idle=$(awk -v k="${IDLE[$t]}" 'BEGIN {printf "%.1f", k/1024}'); peak=$(awk -v k="${HWM[$t]}" 'BEGIN {printf "%.1f", k/1024}'); fi
-  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${UPSAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | ${P50_1K[$t]} | $added_1k | $idle | $peak |"
+  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${UPSAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | ${P50_1K[$t]} | $added_1k | ${P50P[$t]} | $added_p | $idle | $peak |"
 done
 # Background load moves between rounds far more than the targets differ, so also compare within each round:
 # the gateway's req/s over the better peer's at the same worker count, run next to each other.
