@@ -57,7 +57,7 @@ pub enum UpstreamBodyError {
     Http1(#[from] std::io::Error),
     /// The HTTP/2 stream was reset or its connection failed.
     #[error(transparent)]
-    Http2(#[from] h2::Error),
+    Http2(#[from] super::h2::H2Error),
 }
 
 impl UpstreamBody {

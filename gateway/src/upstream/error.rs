@@ -154,15 +154,3 @@ pub(crate) fn root_cause<'a>(e: &'a (dyn StdError + 'static)) -> &'a (dyn StdErr
     }
     cur
 }
-
-/// Classifies an error of an HTTP/2 stream (the request was handed to the connection).
-pub(crate) fn classify_h2_error(e: &h2::Error) -> FailureKind {
-    if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-        return FailureKind::RefusedStream;
-    }
-    if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) {
-        // A graceful GOAWAY refuses streams above its last stream id: never processed.
-        return FailureKind::RefusedStream;
-    }
-    FailureKind::Reset
-}

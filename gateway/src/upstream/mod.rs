@@ -29,6 +29,7 @@ use tokio::sync::{Semaphore, watch};
 pub use body::{UpstreamBody, UpstreamBodyError};
 pub use endpoint::{EndpointSnapshot, EndpointSpec};
 pub use error::{FailureKind, UpstreamError};
+pub use h2::{H2Error, Reason as H2Reason};
 pub use outlier::OutlierSettings;
 pub use pool::{ConnectSettings, UpstreamProtocol, UpstreamTls};
 

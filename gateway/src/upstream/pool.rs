@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use super::body::PoolBody;
 use super::error::{FailureKind, UpstreamError};
 use super::h1::{H1Body, H1Conn, IdleConns, Replay, SendError, Target};
-use super::h2::{H2Body, H2Conn, SendFailure};
+use super::h2::{H2Body, H2Conn, H2Error, SendFailure};
 use crate::proxy::Body;
 
 /// The HTTP version spoken to an upstream.
@@ -284,7 +284,7 @@ impl H2Slot {
 
     /// Drops `conn`, which handed a request back unsent with `e` (it closed, or received GOAWAY), from the slot
     /// (unless another request already replaced it), so that the next request connects again.
-    fn forget_closed(&self, conn: &Arc<H2Conn>, upstream: &str, addr: SocketAddr, e: &h2::Error) {
+    fn forget_closed(&self, conn: &Arc<H2Conn>, upstream: &str, addr: SocketAddr, e: &H2Error) {
         tracing::debug!(upstream, endpoint = %addr, error = %e, "pooled HTTP/2 connection is closed; reconnecting");
         let current = self.conn.load();
         if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
