@@ -34,6 +34,8 @@ pub(super) struct Driver<T> {
     reads: u64,
     /// When the unanswered keep-alive PING times out.
     ping_deadline: Option<Instant>,
+    /// Written but perhaps not flushed (TLS keeps records in its buffer until flushed).
+    unflushed: bool,
     /// The connection is over; flushing what is left (a GOAWAY) before closing.
     closing: bool,
 }
@@ -49,6 +51,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
             timer: Box::pin(tokio::time::sleep(KEEP_ALIVE_INTERVAL)),
             reads: 0,
             ping_deadline: None,
+            unflushed: false,
             closing: false,
         }
     }
@@ -83,12 +86,19 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
         while self.written < self.out.len() {
             match Pin::new(&mut self.io).poll_write(cx, &self.out[self.written..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => self.written += n,
+                Poll::Ready(Ok(n)) => {
+                    self.written += n;
+                    self.unflushed = true;
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
         }
-        Pin::new(&mut self.io).poll_flush(cx)
+        if self.unflushed {
+            std::task::ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+            self.unflushed = false;
+        }
+        Poll::Ready(Ok(()))
     }
 
     /// Reads once. `Ready(Ok(true))`: bytes arrived; `Ready(Ok(false))`: the upstream closed.
@@ -179,7 +189,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Driver<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         loop {
-            if this.take_writes(cx) {
+            if this.take_writes(cx) || this.unflushed {
                 match this.poll_write_out(cx) {
                     Poll::Ready(Ok(())) => continue,
                     Poll::Ready(Err(e)) => {
@@ -190,7 +200,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Driver<T> {
                 }
             }
             if this.closing {
-                if this.written < this.out.len() {
+                if this.written < this.out.len() || this.unflushed {
                     return Poll::Pending;
                 }
                 let _ = Pin::new(&mut this.io).poll_shutdown(cx);

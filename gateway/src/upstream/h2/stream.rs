@@ -150,6 +150,9 @@ impl HttpBody for H2Body {
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.ended {
+            return SizeHint::with_exact(0);
+        }
         match self.remaining {
             Some(n) => SizeHint::with_exact(n),
             None => SizeHint::default(),

@@ -288,7 +288,8 @@ impl Decoder {
     ) -> Result<DecodedBlock, DecodeError> {
         let mut pos = 0;
         let mut status = None;
-        let mut headers = HeaderMap::new();
+        // Room for a usual response and the few headers the gateway adds to it, so neither grows the map.
+        let mut headers = HeaderMap::with_capacity(12);
         let mut list_size = 0usize;
         let mut malformed = None;
         let mut fields_seen = false;
