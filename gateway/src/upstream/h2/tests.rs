@@ -24,15 +24,15 @@ const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
 const END_STREAM_AND_HEADERS: u8 = 0x5;
 
-/// Reads one frame: type, stream id, payload.
-async fn read_frame(io: &mut DuplexStream) -> (u8, u32, Vec<u8>) {
+/// Reads one frame: type, flags, stream id, payload.
+async fn read_frame(io: &mut DuplexStream) -> (u8, u8, u32, Vec<u8>) {
     let mut head = [0u8; 9];
     io.read_exact(&mut head).await.unwrap();
     let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
     let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
     let mut payload = vec![0u8; len];
     io.read_exact(&mut payload).await.unwrap();
-    (head[3], stream, payload)
+    (head[3], head[4], stream, payload)
 }
 
 async fn write_frame(io: &mut DuplexStream, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
@@ -124,9 +124,9 @@ async fn request_ids_go_never_indexed_with_their_name_taken_from_the_table() {
         let sent = tokio::spawn(async move { c.send(request()).await.is_ok() });
         let (stream, block) = loop {
             match read_frame(&mut server).await {
-                (HEADERS, stream, payload) => break (stream, payload),
-                (SETTINGS, 0, payload) if payload.is_empty() => {}
-                (SETTINGS, 0, _) => write_frame(&mut server, SETTINGS, 0x1, 0, &[]).await,
+                (HEADERS, _, stream, payload) => break (stream, payload),
+                (SETTINGS, _, 0, payload) if payload.is_empty() => {}
+                (SETTINGS, _, 0, _) => write_frame(&mut server, SETTINGS, 0x1, 0, &[]).await,
                 _ => {}
             }
         };
@@ -170,17 +170,12 @@ async fn peer(settings: &[(u16, u32)]) -> (Arc<H2Conn>, DuplexStream) {
     (conn, server)
 }
 
-/// Reads frames until one of `kind` arrives (answering SETTINGS, skipping the rest).
+/// Reads frames until one of `kind` arrives, skipping the rest: its stream, flags and payload.
 async fn next_of(server: &mut DuplexStream, kind: u8) -> (u32, u8, Vec<u8>) {
     loop {
-        let mut head = [0u8; 9];
-        server.read_exact(&mut head).await.unwrap();
-        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        server.read_exact(&mut payload).await.unwrap();
-        if head[3] == kind {
-            return (stream, head[4], payload);
+        let (k, flags, stream, payload) = read_frame(server).await;
+        if k == kind {
+            return (stream, flags, payload);
         }
     }
 }

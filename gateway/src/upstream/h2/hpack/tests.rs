@@ -235,15 +235,7 @@ fn round_trip_connection() {
         (":path", "/v1/models"),
     ];
 
-    let mut out = Vec::new();
-    enc.encode_request(
-        &Method::GET,
-        "http",
-        Some("up:8000"),
-        "/v1/models",
-        &headers,
-        &mut out,
-    );
+    let out = encode_get(&mut enc, &headers);
     assert_eq!(decode_request(&mut dec, out, &get), header_pairs(&headers));
     let (table, size) = dec.table_snapshot();
     assert_eq!(table.len(), 4);
@@ -251,15 +243,7 @@ fn round_trip_connection() {
 
     // Second request: same headers but a new request id. Every unchanged field is one byte.
     headers.insert("x-request-id", HeaderValue::from_static("2"));
-    let mut out = Vec::new();
-    enc.encode_request(
-        &Method::GET,
-        "http",
-        Some("up:8000"),
-        "/v1/models",
-        &headers,
-        &mut out,
-    );
+    let out = encode_get(&mut enc, &headers);
     let pseudo_len = 1 + 1 + (2 + 7) + (2 + 10);
     // Insertion order user-agent, accept, x-request-id, content-type: indices 65, 64, 63, 62.
     assert_eq!(
@@ -300,15 +284,7 @@ fn round_trip_connection() {
 
     // The peer's table goes to 0: cache dropped, update to 0, everything literal, nothing inserted.
     enc.set_peer_table_size(0);
-    let mut out = Vec::new();
-    enc.encode_request(
-        &Method::GET,
-        "http",
-        Some("up:8000"),
-        "/v1/models",
-        &headers,
-        &mut out,
-    );
+    let out = encode_get(&mut enc, &headers);
     assert_eq!(out[..2], [0x20, 0x82]);
     assert_eq!(decode_request(&mut dec, out, &get), header_pairs(&headers));
     assert_eq!(dec.table_snapshot(), (Vec::new(), 0));
@@ -327,15 +303,7 @@ fn round_trip_connection() {
     assert_eq!(dec.table_max_size(), 4096);
     assert_eq!(dec.table_snapshot().0, pairs(&[("grpc-status", "0")]));
 
-    let mut out = Vec::new();
-    enc.encode_request(
-        &Method::GET,
-        "http",
-        Some("up:8000"),
-        "/v1/models",
-        &headers,
-        &mut out,
-    );
+    let out = encode_get(&mut enc, &headers);
     assert_eq!(decode_request(&mut dec, out, &get), header_pairs(&headers));
     let mut out = Vec::new();
     enc.encode_trailers(&map(&[("grpc-status", "0")]), &mut out);
@@ -595,4 +563,18 @@ fn raw_values_are_not_copied() {
     let indexed = again.headers.get("a").unwrap();
     assert_eq!(indexed, "hello");
     assert_ne!(indexed.as_bytes().as_ptr(), block[4..].as_ptr());
+}
+
+/// The block of a `GET http://up:8000/v1/models` request with `headers`.
+fn encode_get(enc: &mut Encoder, headers: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::new();
+    enc.encode_request(
+        &Method::GET,
+        "http",
+        Some("up:8000"),
+        "/v1/models",
+        headers,
+        &mut out,
+    );
+    out
 }
