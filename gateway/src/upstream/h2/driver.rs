@@ -69,6 +69,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
             st.driver = Some(cx.waker().clone());
         }
         std::mem::swap(&mut st.write, &mut self.out);
+        st.queued_replies = 0;
         if !self.closing && st.finished() {
             // Nobody will send on this connection again: say so, and close once it is written.
             if st.failed.is_none() {

@@ -27,6 +27,11 @@ const MAX_HEADER_BLOCK: usize = 4 * MAX_HEADER_LIST_SIZE as usize;
 /// What a peer that does not open with SETTINGS is told (and the requests on it fail with).
 pub(super) const NOT_HTTP2: &str = "the upstream did not start with an HTTP/2 SETTINGS frame (is it speaking HTTP/2? set its protocol to http1)";
 
+/// The most answers to the upstream's control frames (PING and SETTINGS acknowledgements) queued while the
+/// connection task has not written them: beyond it the upstream floods the gateway with frames it does not
+/// read the answers to.
+const MAX_QUEUED_REPLIES: usize = 10_000;
+
 /// The stream limit assumed until the upstream's SETTINGS say otherwise.
 const INITIAL_MAX_STREAMS: usize = 100;
 
@@ -212,6 +217,8 @@ pub(super) struct State {
     pub(super) sent_any: bool,
     /// A keep-alive PING awaits its answer.
     pub(super) ping_outstanding: bool,
+    /// Answers to the upstream's control frames queued since the connection task last took the write buffer.
+    pub(super) queued_replies: usize,
 }
 
 impl State {
@@ -251,6 +258,7 @@ impl State {
             partial: None,
             sent_any: false,
             ping_outstanding: false,
+            queued_replies: 0,
         }
     }
 
@@ -683,6 +691,19 @@ impl State {
         Ok(())
     }
 
+    /// Counts one more answer to a control frame; an upstream that keeps sending them without reading the
+    /// answers is cut off (as the `h2` crate does against PING and SETTINGS floods).
+    fn queue_reply(&mut self) -> Result<(), ConnError> {
+        self.queued_replies += 1;
+        if self.queued_replies > MAX_QUEUED_REPLIES {
+            return Err(ConnError(
+                Reason::ENHANCE_YOUR_CALM,
+                "the upstream sends control frames faster than it reads the answers (a PING or SETTINGS flood)",
+            ));
+        }
+        Ok(())
+    }
+
     /// A stream error found by the gateway: the stream is reset with `reason` and fails.
     fn stream_error(&mut self, id: u32, reason: Reason, what: &'static str) {
         frame::rst_stream(&mut self.write, id, reason);
@@ -777,6 +798,7 @@ impl State {
             }
         }
         self.got_settings = true;
+        self.queue_reply()?;
         frame::settings_ack(&mut self.write);
         self.wake_driver();
         Ok(())
@@ -790,6 +812,7 @@ impl State {
             self.ping_outstanding = false;
             return Ok(());
         }
+        self.queue_reply()?;
         let mut payload = [0u8; 8];
         payload.copy_from_slice(&f.payload);
         frame::ping(&mut self.write, payload, true);

@@ -412,3 +412,27 @@ async fn an_unanswered_keep_alive_ping_fails_waiting_requests_as_timeouts() {
     assert_eq!(sent.await.unwrap().unwrap_err(), FailureKind::Timeout);
     assert!(!conn.is_usable());
 }
+
+#[tokio::test]
+async fn an_upstream_flooding_pings_it_does_not_read_the_answers_to_is_cut_off() {
+    // A small pipe, so the client's answers back up once the upstream stops reading them.
+    let (client, mut server) = duplex(64 << 10);
+    let conn = Arc::new(H2Conn::handshake(client).await.unwrap());
+    let mut preface = [0u8; 24];
+    server.read_exact(&mut preface).await.unwrap();
+    write_frame(&mut server, SETTINGS, 0, 0, &[]).await;
+    let sent = spawn_send(&conn, post(b"x"));
+    next_of(&mut server, HEADERS).await;
+    let mut flood = Vec::new();
+    for _ in 0..30_000 {
+        flood.extend_from_slice(&[0, 0, 8, PING, 0, 0, 0, 0, 0]);
+        flood.extend_from_slice(b"flooding");
+    }
+    let writer = tokio::spawn(async move {
+        let _ = server.write_all(&flood).await;
+        server
+    });
+    assert_eq!(sent.await.unwrap().unwrap_err(), FailureKind::Reset);
+    assert!(!conn.is_usable());
+    drop(writer);
+}
