@@ -385,13 +385,14 @@ impl State {
         };
         stream.reader_gone = true;
         stream.reader = None;
-        if !stream.recv_end && stream.error.is_none() {
-            self.reset(id, Reason::CANCEL);
-            return;
-        }
+        let abandoned = !stream.recv_end && stream.error.is_none();
         // Data left unread still counts against the connection's window: give it back.
         let unread: usize = stream.data.drain(..).map(|d| d.len()).sum();
         self.release_connection(unread);
+        if abandoned {
+            self.reset(id, Reason::CANCEL);
+            return;
+        }
         self.settle(id);
     }
 

@@ -436,3 +436,35 @@ async fn an_upstream_flooding_pings_it_does_not_read_the_answers_to_is_cut_off()
     assert!(!conn.is_usable());
     drop(writer);
 }
+
+#[tokio::test]
+async fn bodies_dropped_unread_give_their_bytes_back_to_the_connection_window() {
+    // Three streams of 2 MiB each: 6 MiB, over the 5 MiB connection window unless the first two, abandoned
+    // with their data unread, are counted as read.
+    let (conn, mut server) = peer(&[]).await;
+    let chunk = vec![1u8; 16 << 10];
+    for round in 0..3 {
+        let pending = conn.send(post(b"x"));
+        let (stream, _, _) = next_of(&mut server, HEADERS).await;
+        write_frame(&mut server, HEADERS, END_HEADERS, stream, &[0x88]).await;
+        for i in 0..128 {
+            // The first two stay open: dropping them abandons a response still arriving.
+            let flags = if i == 127 && round == 2 { END_STREAM } else { 0 };
+            write_frame(&mut server, DATA, flags, stream, &chunk).await;
+        }
+        // The PING's answer says the client has taken in everything before it.
+        write_frame(&mut server, PING, 0, 0, b"barrier!").await;
+        next_of(&mut server, PING).await;
+        let body = pending.await.ok().unwrap().into_body();
+        if round < 2 {
+            drop(body);
+        } else {
+            let all = body
+                .collect()
+                .await
+                .expect("the third body arrives whole")
+                .to_bytes();
+            assert_eq!(all.len(), 2 << 20);
+        }
+    }
+}
