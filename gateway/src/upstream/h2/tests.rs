@@ -111,12 +111,7 @@ fn request() -> Request<Body> {
 
 #[tokio::test]
 async fn request_ids_go_never_indexed_with_their_name_taken_from_the_table() {
-    let (client, mut server) = duplex(1 << 16);
-    let conn = Arc::new(H2Conn::handshake(client).await.unwrap());
-    let mut preface = [0u8; 24];
-    server.read_exact(&mut preface).await.unwrap();
-    assert_eq!(preface, PREFACE);
-    write_frame(&mut server, SETTINGS, 0, 0, &[]).await;
+    let (conn, mut server) = peer(&[]).await;
 
     let mut blocks = Vec::new();
     for _ in 0..3 {
@@ -154,9 +149,14 @@ async fn request_ids_go_never_indexed_with_their_name_taken_from_the_table() {
 }
 
 /// A scripted upstream on the other end of an in-memory connection: it has read the client's preface and
-/// first frames and sent its own SETTINGS (with `settings`).
+/// sent its own SETTINGS (with `settings`).
 async fn peer(settings: &[(u16, u32)]) -> (Arc<H2Conn>, DuplexStream) {
-    let (client, mut server) = duplex(1 << 20);
+    peer_over(1 << 20, settings).await
+}
+
+/// [`peer`] over a pipe that holds `pipe` bytes each way.
+async fn peer_over(pipe: usize, settings: &[(u16, u32)]) -> (Arc<H2Conn>, DuplexStream) {
+    let (client, mut server) = duplex(pipe);
     let conn = Arc::new(H2Conn::handshake(client).await.unwrap());
     let mut preface = [0u8; 24];
     server.read_exact(&mut preface).await.unwrap();
@@ -416,11 +416,7 @@ async fn an_unanswered_keep_alive_ping_fails_waiting_requests_as_timeouts() {
 #[tokio::test]
 async fn an_upstream_flooding_pings_it_does_not_read_the_answers_to_is_cut_off() {
     // A small pipe, so the client's answers back up once the upstream stops reading them.
-    let (client, mut server) = duplex(64 << 10);
-    let conn = Arc::new(H2Conn::handshake(client).await.unwrap());
-    let mut preface = [0u8; 24];
-    server.read_exact(&mut preface).await.unwrap();
-    write_frame(&mut server, SETTINGS, 0, 0, &[]).await;
+    let (conn, mut server) = peer_over(64 << 10, &[]).await;
     let sent = spawn_send(&conn, post(b"x"));
     next_of(&mut server, HEADERS).await;
     let mut flood = Vec::new();
