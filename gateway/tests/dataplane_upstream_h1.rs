@@ -332,3 +332,30 @@ async fn large_bodies_arrive_intact_both_ways_over_either_upstream_protocol() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_http1_upstream_configured_as_h2c_fails_the_connect_naming_the_fix() {
+    // The HTTP/2 preface reads as a request head ("PRI * HTTP/2.0"); the upstream answers it in HTTP/1.1.
+    let (up, _) = raw_upstream(|_, _| {
+        Some((
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_vec(),
+            true,
+        ))
+    })
+    .await;
+    let gw = gateway(&http1_route(up).replace("protocol: http1", "protocol: h2c")).await;
+    let req = Request::get(format!("http://{}/", gw.data_addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (parts, body) = send(&http1_client(), req).await;
+    assert_eq!(parts.status, 503, "a connect failure");
+    let msg = String::from_utf8_lossy(&body);
+    assert!(msg.contains("HTTP/2 handshake failed"), "{msg}");
+    assert!(msg.contains("set its protocol to http1"), "{msg}");
+    let (_, metrics) = admin_get(&gw, "/metrics").await;
+    assert!(
+        metrics
+            .contains(r#"infergate_gateway_upstream_tries_total{upstream="up",outcome="connect_failure"} 1"#),
+        "{metrics}"
+    );
+}

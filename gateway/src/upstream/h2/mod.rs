@@ -67,16 +67,31 @@ pub(crate) struct H2Conn {
 }
 
 impl H2Conn {
-    /// Starts a connection on `io`: the connection task sends the preface and our SETTINGS, then serves the
-    /// streams. The upstream's own preface is checked as it arrives (a peer that does not speak HTTP/2 fails
-    /// the requests sent meanwhile as a protocol error, naming it).
+    /// Starts a connection on `io`: the connection task sends the preface and our SETTINGS, and the
+    /// connection is ready once the upstream's own preface (its SETTINGS) has arrived. A peer that answers
+    /// with anything else (an HTTP/1.1 server, say) fails here, so the pool reports a failed connect, naming
+    /// the cause.
     pub(crate) async fn handshake<T>(io: T) -> Result<H2Conn, H2Error>
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let shared = Arc::new(Shared::new());
         tokio::spawn(driver::Driver::new(io, Arc::clone(&shared)));
-        Ok(H2Conn { shared })
+        // Dropped on failure: the connection task then closes the connection.
+        let conn = H2Conn { shared };
+        poll_fn(|cx| {
+            let mut st = conn.shared.lock();
+            if let Some(e) = &st.failed {
+                return Poll::Ready(Err(e.clone()));
+            }
+            if st.preface_received() {
+                return Poll::Ready(Ok(()));
+            }
+            st.preface_waiter = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await?;
+        Ok(conn)
     }
 
     /// False once the connection has ended or takes no new streams (GOAWAY received, failed).

@@ -212,6 +212,8 @@ pub(super) struct State {
     pub(super) pool_gone: bool,
     /// The upstream's SETTINGS (its preface) arrived.
     got_settings: bool,
+    /// The handshake, waiting for the upstream's preface.
+    pub(super) preface_waiter: Option<Waker>,
     partial: Option<PartialBlock>,
     /// A request went out already (see `index_request_id_name` in the module root).
     pub(super) sent_any: bool,
@@ -255,6 +257,7 @@ impl State {
             failed: None,
             pool_gone: false,
             got_settings: false,
+            preface_waiter: None,
             partial: None,
             sent_any: false,
             ping_outstanding: false,
@@ -449,6 +452,9 @@ impl State {
     pub(super) fn fail_all(&mut self, e: H2Error) {
         if self.failed.is_none() {
             self.failed = Some(e.clone());
+        }
+        if let Some(w) = self.preface_waiter.take() {
+            w.wake();
         }
         let goaway = self.goaway;
         let ids: Vec<u32> = self.streams.keys().copied().collect();
@@ -799,6 +805,9 @@ impl State {
             }
         }
         self.got_settings = true;
+        if let Some(w) = self.preface_waiter.take() {
+            w.wake();
+        }
         self.queue_reply()?;
         frame::settings_ack(&mut self.write);
         self.wake_driver();
