@@ -13,6 +13,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use super::error::{H2Error, Reason};
 use super::state::Shared;
 use super::{SendFailure, classify};
+use crate::h1::head::parse_length;
 use crate::proxy::Body;
 
 /// Waits for the response head of stream `id`. Dropped before it arrives, the stream is reset (CANCEL).
@@ -52,7 +53,10 @@ impl Future for ResponseFuture {
             }
             drop(st);
             this.done = true;
-            let remaining = content_length(&head.headers);
+            let remaining = head
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| parse_length(v.as_bytes()));
             let mut resp = Response::new(H2Body {
                 shared: Arc::clone(&this.shared),
                 id: this.id,
@@ -166,16 +170,6 @@ impl Drop for H2Body {
             self.shared.lock().reader_done(self.id);
         }
     }
-}
-
-fn content_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers
-        .get(http::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Writes a request body to its stream under flow control: a chunk at a time, as the stream's and the
