@@ -23,7 +23,9 @@
 # medians of BENCH_LAT_REPEAT rounds (default 3) taken in turn across the targets. The same p50 at 200 req/s
 # with h2load, the target and the upstream all held on CPU 0 (taskset, every thread; put back afterwards): no
 # hop then lands on the other vCPU, so "added" is the proxy's own share of the round trip (since run 18). RSS idle
-# and peak: VmRSS / VmHWM summed over the proxy's processes.
+# and peak: VmRSS / VmHWM summed over the proxy's processes. Last column (one-worker targets, since run 23): max
+# req/s again with the proxy alone on CPU 0 and the upstream and h2load on CPU 1, as a sidecar with a dedicated
+# core runs, so the scheduler's placement of woken threads does not decide the figure.
 #
 # BENCH_BASELINE=DIR adds rows for the gateway binary in DIR (an earlier commit's release build), run next to
 # this one with the same routes file, so a change is measured within the same rounds.
@@ -211,6 +213,37 @@ for _ in $(seq 1 "$REPEAT"); do
   done
 done
 median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR + 1) / 2)]; else print "-"}'; }
+
+# Throughput again with the proxy on a CPU of its own (one-worker targets only): the proxy held on CPU 0, the
+# upstream and h2load on CPU 1, the targets taken in turn as above. Unpinned, the scheduler puts a thread woken by
+# a socket write on the writer's CPU whenever the other CPU is busy at that moment, so the load generator or the
+# upstream often waits behind the proxy while the other CPU idles; how much depends on how the three happen to
+# interleave, not only on the proxy's work (docs/benchmarks.md, ## gateway, runs 21–22). Pinned, each proxy is
+# measured as a sidecar with a dedicated core would run.
+# Holds every thread of the upstream and of target $2's processes on CPUs $1 (the target's own runtime threads,
+# nginx's workers, HAProxy's threads alike).
+pin() { # cpus target
+  local p; for p in $UPSTREAM $( [ "$2" = direct ] || tree "${PID[$2]}" ); do taskset -a -p -c "$1" "$p" >/dev/null; done
+}
+pin_apart() { # target: the target on CPU 0, the upstream on CPU 1
+  local p; taskset -a -p -c 1 "$UPSTREAM" >/dev/null
+  for p in $(tree "${PID[$1]}"); do taskset -a -p -c 0 "$p" >/dev/null; done
+}
+declare -A PRUNS
+PTARGETS=()
+if [[ " $WORKERS " == *" 1 "* ]] && [ "$(nproc)" -ge 2 ]; then
+  for t in gw1 gwh11 nginx1 nginxh1 haproxy1 haproxyh1 base1; do [ -z "${PORT[$t]:-}" ] || PTARGETS+=("$t"); done
+  for _ in $(seq 1 "$REPEAT"); do
+    for t in "${PTARGETS[@]}"; do
+      pin_apart "$t"
+      ON_CPUS=1 load "$t" "$WARM_UP" -c "$CLIENTS" -t "$THREADS" -D "$DURATION" --warm-up-time="${WARM_UP}s" \
+        "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer" > "$tmp/load.out"
+      pin "$ALL_CPUS" "$t"
+      read -r ok secs < "$tmp/load.out"
+      PRUNS[$t]+="$(awk -v n="$ok" -v s="$secs" 'BEGIN {printf "%d", n / s}') "
+    done
+  done
+fi
 declare -A RPS SAT UPSAT
 for t in "${TARGETS[@]}"; do
   RPS[$t]=$(median "${RUNS[$t]}"); SAT[$t]=$(median "${SATCPU[$t]:-}"); UPSAT[$t]=$(median "${UPCPU[$t]:-}")
@@ -231,11 +264,6 @@ pct_at_rate() { # target rate clients percentile
   echo "$(sort -n -k3 "$tmp/lat.log" | awk -v p="$4" '{a[NR]=$3} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}') $cpu"
 }
 
-# Holds every thread of the upstream and of target $2's processes on CPUs $1 (the target's own runtime threads,
-# nginx's workers, HAProxy's threads alike).
-pin() { # cpus target
-  local p; for p in $UPSTREAM $( [ "$2" = direct ] || tree "${PID[$2]}" ); do taskset -a -p -c "$1" "$p" >/dev/null; done
-}
 p50_one_cpu() { # target: p50 µs at 200 req/s over one connection, everything on CPU 0
   pin 0 "$1"
   local p; read -r p _ < <(ON_CPUS=0 pct_at_rate "$1" 200 1 50)
@@ -266,18 +294,20 @@ declare -A HWM
 for t in "${TARGETS[@]}"; do [ "$t" = direct ] || HWM[$t]=$(sum_status "${PID[$t]}" VmHWM); done
 
 echo
-echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | p50 µs at 1,000 req/s, 1 conn | added p50 µs | p50 µs at 200 req/s, all on one CPU | added p50 µs | RSS idle MB | RSS peak MB |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | p50 µs at 1,000 req/s, 1 conn | added p50 µs | p50 µs at 200 req/s, all on one CPU | added p50 µs | RSS idle MB | RSS peak MB | max req/s, proxy alone on CPU 0 (1 worker; median of $REPEAT runs) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for t in "${TARGETS[@]}"; do
   added=$(( P50[$t] - P50[direct] )) added_1k=$(( P50_1K[$t] - P50_1K[direct] )) added_p=$(( P50P[$t] - P50P[direct] ))
+  pinned="-"; [ -z "${PRUNS[$t]:-}" ] || pinned="$(median "${PRUNS[$t]}") (${PRUNS[$t]% })"
   if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; added_1k="-"; added_p="-"; else
     idle=$(awk -v k="${IDLE[$t]}" 'BEGIN {printf "%.1f", k/1024}'); peak=$(awk -v k="${HWM[$t]}" 'BEGIN {printf "%.1f", k/1024}'); fi
-  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${UPSAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | ${P50_1K[$t]} | $added_1k | ${P50P[$t]} | $added_p | $idle | $peak |"
+  echo "| ${LABEL[$t]} | ${RPS[$t]} (${RUNS[$t]% }) | ${SAT[$t]} | ${UPSAT[$t]} | ${P99[$t]} (${HALF[$t]}/s) | ${CPU[$t]} | ${P50[$t]} | $added | ${P50_1K[$t]} | $added_1k | ${P50P[$t]} | $added_p | $idle | $peak | $pinned |"
 done
 # Background load moves between rounds far more than the targets differ, so also compare within each round:
 # the gateway's req/s over the better peer's at the same worker count, run next to each other.
-within_round() { # label target peer-a peer-b: the gateway's req/s over the better of two peers, per round
-  local -a g a b; read -r -a g <<<"${RUNS[$2]}"; read -r -a a <<<"${RUNS[$3]}"; read -r -a b <<<"${RUNS[${4:-$3}]}"
+within_round() { # label target peer-a peer-b [runs]: the gateway's req/s over the better of two peers, per round
+  local -n runs=${5:-RUNS}
+  local -a g a b; read -r -a g <<<"${runs[$2]}"; read -r -a a <<<"${runs[$3]}"; read -r -a b <<<"${runs[$4]}"
   local ratios="" i
   for i in "${!g[@]}"; do
     ratios+="$(awk -v x="${g[$i]}" -v p="${a[$i]}" -v q="${b[$i]}" 'BEGIN {m = p > q ? p : q; if (m > 0) printf "%.2f", x / m; else printf "-"}') "
@@ -290,8 +320,13 @@ for w in $WORKERS; do
   within_round "infergate-gateway (h2 upstream), $w thread(s), req/s over the better peer's doing the same header work, same round" gw$w nginxh$w haproxyh$w
   within_round "infergate-gateway (HTTP/1.1 upstream), $w thread(s), req/s over the better peer's in the same round" gwh1$w nginx$w haproxy$w
   within_round "infergate-gateway (HTTP/1.1 upstream), $w thread(s), req/s over the better peer's doing the same header work, same round" gwh1$w nginxh$w haproxyh$w
-  [ -z "$BASELINE" ] || within_round "infergate-gateway, $w thread(s), req/s over the baseline's in the same round" gw$w base$w
+  [ -z "$BASELINE" ] || within_round "infergate-gateway, $w thread(s), req/s over the baseline's in the same round" gw$w base$w base$w
 done
+if [ "${#PTARGETS[@]}" -gt 0 ]; then
+  within_round "proxy alone on CPU 0: infergate-gateway (h2 upstream), 1 thread, req/s over the better peer's in the same round" gw1 nginx1 haproxy1 PRUNS
+  within_round "proxy alone on CPU 0: infergate-gateway (h2 upstream), 1 thread, req/s over the better peer's doing the same header work, same round" gw1 nginxh1 haproxyh1 PRUNS
+  within_round "proxy alone on CPU 0: infergate-gateway (HTTP/1.1 upstream), 1 thread, req/s over the better peer's in the same round" gwh11 nginx1 haproxy1 PRUNS
+fi
 echo
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$(nginx -v 2>&1 | sed 's/.*: //'); $(haproxy -v | head -1 | awk '{print "HAProxy " $3}'); $(h2load --version | head -1); window $DURATION"
