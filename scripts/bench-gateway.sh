@@ -193,6 +193,7 @@ load() { # label warm-up-seconds h2load-args... (h2load runs on CPUs $ON_CPUS wh
 # req/s and CPU counted the warm-up second: req/s read 3/4 of the true rate, CPU per request 4/3 of it).
 declare -A RUNS SATCPU UPCPU
 per_req() { awk -v d="$1" -v n="$2" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}'; }
+rate() { awk -v n="$1" -v s="$2" 'BEGIN {printf "%d", n / s}'; } # requests seconds: req/s
 for _ in $(seq 1 "$REPEAT"); do
   for t in "${TARGETS[@]}"; do
     load "$t" "$WARM_UP" -c "$CLIENTS" -t "$THREADS" -D "$DURATION" --warm-up-time="${WARM_UP}s" \
@@ -205,7 +206,7 @@ for _ in $(seq 1 "$REPEAT"); do
     up_after=$(cpu_ticks "$UPSTREAM")
     after=0; [ "$t" = direct ] || after=$(cpu_ticks "${PID[$t]}")
     read -r ok secs < "$tmp/load.out"
-    RUNS[$t]+="$(awk -v n="$ok" -v s="$secs" 'BEGIN {printf "%d", n / s}') "
+    RUNS[$t]+="$(rate "$ok" "$secs") "
     if [ "$ok" -gt 0 ]; then
       UPCPU[$t]+="$(per_req $(( up_after - up_before )) "$ok") "
       [ "$t" = direct ] || SATCPU[$t]+="$(per_req $(( after - before )) "$ok") "
@@ -214,12 +215,6 @@ for _ in $(seq 1 "$REPEAT"); do
 done
 median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR + 1) / 2)]; else print "-"}'; }
 
-# Throughput again with the proxy on a CPU of its own (one-worker targets only): the proxy held on CPU 0, the
-# upstream and h2load on CPU 1, the targets taken in turn as above. Unpinned, the scheduler puts a thread woken by
-# a socket write on the writer's CPU whenever the other CPU is busy at that moment, so the load generator or the
-# upstream often waits behind the proxy while the other CPU idles; how much depends on how the three happen to
-# interleave, not only on the proxy's work (docs/benchmarks.md, ## gateway, runs 21–22). Pinned, each proxy is
-# measured as a sidecar with a dedicated core would run.
 # Holds every thread of the upstream and of target $2's processes on CPUs $1 (the target's own runtime threads,
 # nginx's workers, HAProxy's threads alike).
 pin() { # cpus target
@@ -229,6 +224,12 @@ pin_apart() { # target: the target on CPU 0, the upstream on CPU 1
   local p; taskset -a -p -c 1 "$UPSTREAM" >/dev/null
   for p in $(tree "${PID[$1]}"); do taskset -a -p -c 0 "$p" >/dev/null; done
 }
+# Throughput again with the proxy on a CPU of its own (one-worker targets only): the proxy held on CPU 0, the
+# upstream and h2load on CPU 1, the targets taken in turn as above. Unpinned, the scheduler puts a thread woken by
+# a socket write on the writer's CPU whenever the other CPU is busy at that moment, so the load generator or the
+# upstream often waits behind the proxy while the other CPU idles; how much depends on how the three happen to
+# interleave, not only on the proxy's work (docs/benchmarks.md, ## gateway, runs 21–23). Pinned, each proxy is
+# measured as a sidecar with a dedicated core would run.
 declare -A PRUNS
 PTARGETS=()
 if [[ " $WORKERS " == *" 1 "* ]] && [ "$(nproc)" -ge 2 ]; then
@@ -240,7 +241,7 @@ if [[ " $WORKERS " == *" 1 "* ]] && [ "$(nproc)" -ge 2 ]; then
         "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer" > "$tmp/load.out"
       pin "$ALL_CPUS" "$t"
       read -r ok secs < "$tmp/load.out"
-      PRUNS[$t]+="$(awk -v n="$ok" -v s="$secs" 'BEGIN {printf "%d", n / s}') "
+      PRUNS[$t]+="$(rate "$ok" "$secs") "
     done
   done
 fi
