@@ -15,9 +15,7 @@
 //! unknown. A client that opens with the HTTP/2 preface (h2c by prior knowledge) is handed back to the
 //! listener with the bytes read, to be served as HTTP/2.
 
-pub mod body;
-pub mod head;
-pub mod out;
+pub mod incoming;
 
 use std::future::Future;
 use std::io;
@@ -38,8 +36,10 @@ use tokio::time::{Instant, Sleep};
 use crate::error::{ErrorKind, GatewayError};
 use crate::listener::{ConnInfo, ConnLimits};
 use crate::proxy::{self, Body};
-use body::{BodyError, Decoded, Decoder, Event};
-use head::{Framing, HeadError, HeaderSpan, RequestHead, ResponseFraming};
+use incoming::Event;
+use infergate_http1::body::{BodyError, Decoded, Decoder};
+use infergate_http1::head::{self, Framing, HeadError, HeaderSpan, RequestHead, ResponseFraming};
+use infergate_http1::out;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -259,11 +259,11 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
                 (proxy::full(self.read.split_to(n).freeze()), None)
             }
             Framing::Length(n) => {
-                let (tx, rx) = body::channel(Some(n));
+                let (tx, rx) = incoming::channel(Some(n));
                 (proxy::boxed(rx), Some((tx, Decoder::length(n))))
             }
             Framing::Chunked => {
-                let (tx, rx) = body::channel(None);
+                let (tx, rx) = incoming::channel(None);
                 (proxy::boxed(rx), Some((tx, Decoder::chunked())))
             }
         };
@@ -480,7 +480,7 @@ async fn feed_once<I: AsyncRead + Unpin>(
     io: &mut I,
     read: &mut BytesMut,
     decoder: &mut Decoder,
-    tx: &body::Sender,
+    tx: &incoming::Sender,
     max_trailer_bytes: usize,
 ) -> Feed {
     let Ok(permit) = tx.reserve().await else {

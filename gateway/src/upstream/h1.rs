@@ -30,10 +30,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::error::{FailureKind, UpstreamError};
 use super::pool::Io;
-use crate::h1::body::{BodyError, Decoded, Decoder};
-use crate::h1::head::{HeaderSpan, keeps_alive, parse_length};
-use crate::h1::out::{self, content_length, header};
 use crate::proxy::Body;
+use infergate_http1::body::{BodyError, Decoded, Decoder};
+use infergate_http1::head::{HeaderSpan, keeps_alive, parse_length};
+use infergate_http1::out::{self, content_length, header};
 
 /// Room kept free in the read buffer before each read.
 const READ_RESERVE: usize = 8 << 10;

@@ -9,11 +9,11 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use http::{Response, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use infergate_http1::head::parse_length;
 
 use super::error::{H2Error, Reason};
 use super::state::Shared;
 use super::{SendFailure, classify};
-use crate::h1::head::parse_length;
 use crate::proxy::Body;
 
 /// Waits for the response head of stream `id`. Dropped before it arrives, the stream is reset (CANCEL).

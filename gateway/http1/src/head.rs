@@ -13,7 +13,7 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode, Uri, Version};
 
-use super::out::{content_length, header};
+use crate::out::{content_length, header};
 
 /// Headers the pipeline may add to a request; the map is allocated with room for them.
 const ADDED_HEADERS: usize = 4;

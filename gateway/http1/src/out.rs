@@ -20,7 +20,7 @@ pub fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 /// Adds a `content-length: n` header line to `out`.
 pub fn content_length(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0; 20];
-    header(out, b"content-length", super::head::format_u64(n, &mut digits));
+    header(out, b"content-length", crate::head::format_u64(n, &mut digits));
 }
 
 /// Writes what `gathered` holds to `io`, and flushes `io` (TLS streams hold bytes until then).
