@@ -12,6 +12,7 @@ pub mod error;
 pub mod fault;
 pub mod h1;
 pub mod headers;
+mod idle_body;
 pub mod listener;
 pub mod metrics;
 pub mod mirror;
@@ -29,5 +30,6 @@ pub mod tls;
 pub mod upstream;
 mod wake_gate;
 mod worker;
+mod write_deadline;
 
 pub use proxy::{Body, BoxError};

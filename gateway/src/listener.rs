@@ -1,7 +1,8 @@
 //! The data listener: accepts TCP (optionally TLS) connections and serves HTTP/1.1 and HTTP/2 (h2c by prior
 //! knowledge in clear text, h2 by ALPN over TLS) on one port, with the connection limits that keep a sidecar
-//! alive under hostile clients: header size and count, header read timeout (slowloris), idle timeout,
-//! HTTP/2 stream limits, rapid-reset and CONTINUATION-flood guards.
+//! alive under hostile clients: a cap on open connections, header size and count, header read timeout
+//! (slowloris), idle timeout, write timeout (a client that does not read), HTTP/2 stream limits, rapid-reset
+//! and CONTINUATION-flood guards.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -11,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
@@ -21,11 +23,26 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::h1;
+use crate::idle_body::IdleBody;
 use crate::metrics as m;
 use crate::prefixed_io::PrefixedIo;
 use crate::proxy::{self, Body};
 use crate::tls::PeerIdentity;
 use crate::wake_gate::WakeGate;
+use crate::write_deadline::WriteDeadline;
+
+/// A client connection as the listener serves it: TCP with the write timeout applied.
+type ClientIo = WriteDeadline<TcpStream>;
+
+/// Refused connections that may linger at once (each for up to [`REFUSAL_LINGER`]) so their clients read the
+/// refusal; beyond this they are closed at once.
+const MAX_LINGERING_REFUSALS: usize = 256;
+
+/// How long a refused connection waits for its client to read the refusal.
+const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+
+/// What a plaintext client over `max_connections` reads before the connection closes.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 115\r\nconnection: close\r\nretry-after: 1\r\n\r\n{\"error\":\"too many client connections are open (listeners.limits.max_connections); retry later or raise the limit\"}";
 
 /// Per-connection limits of the data listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +55,12 @@ pub struct ConnLimits {
     pub header_read_timeout: Duration,
     /// A connection without requests in flight for this long is closed gracefully.
     pub idle_timeout: Duration,
+    /// A connection whose writes make no progress this long is closed (the client does not read).
+    pub write_timeout: Duration,
+    /// An HTTP/1.1 request body or response body that moves no bytes this long ends the exchange.
+    pub stream_idle_timeout: Duration,
+    /// Client connections open at once; more are refused.
+    pub max_connections: usize,
     /// HTTP/2 streams a client may have open at once.
     pub h2_max_concurrent_streams: u32,
     /// HTTP/2 streams a client may reset before the server accepts them (rapid reset, CVE-2023-44487).
@@ -55,6 +78,9 @@ impl Default for ConnLimits {
             max_headers: 100,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
+            stream_idle_timeout: Duration::from_secs(300),
+            max_connections: 10_000,
             h2_max_concurrent_streams: 200,
             h2_max_pending_accept_reset_streams: 20,
             h2_max_local_error_reset_streams: 1024,
@@ -70,6 +96,9 @@ impl From<&infergate_config::ConnectionLimits> for ConnLimits {
             max_headers: c.max_headers,
             header_read_timeout: c.header_read_timeout,
             idle_timeout: c.idle_timeout,
+            write_timeout: c.write_timeout,
+            stream_idle_timeout: c.stream_idle_timeout,
+            max_connections: c.max_connections,
             h2_max_concurrent_streams: c.h2_max_concurrent_streams,
             h2_max_pending_accept_reset_streams: c.h2_max_pending_accept_reset_streams,
             h2_max_local_error_reset_streams: c.h2_max_local_error_reset_streams,
@@ -120,6 +149,8 @@ pub struct ConnTracker {
     open: AtomicUsize,
     closed: Notify,
     per_worker: Box<[WorkerCounts]>,
+    /// Refused connections lingering now.
+    lingering: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -150,6 +181,7 @@ impl ConnTracker {
             open: AtomicUsize::new(0),
             closed: Notify::new(),
             per_worker: (0..workers.max(1)).map(|_| WorkerCounts::default()).collect(),
+            lingering: AtomicUsize::new(0),
         }
     }
 
@@ -183,18 +215,22 @@ impl ConnTracker {
         }
     }
 
-    /// Counts a connection accepted on this thread's worker, open until the guard drops.
-    fn enter(self: &Arc<Self>) -> ConnGuard {
+    /// Counts a connection accepted on this thread's worker, open until the guard drops; `None` when
+    /// `max` connections are open already (over all workers).
+    fn enter(self: &Arc<Self>, max: usize) -> Option<ConnGuard> {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= max {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
         let worker = crate::worker::current() % self.per_worker.len();
         let w = &self.per_worker[worker];
         w.accepted.fetch_add(1, Ordering::AcqRel);
         w.open.fetch_add(1, Ordering::AcqRel);
-        self.open.fetch_add(1, Ordering::AcqRel);
         metrics::gauge!(m::OPEN_CONNECTIONS, "listener" => "data").increment(1.0);
-        ConnGuard {
+        Some(ConnGuard {
             tracker: Arc::clone(self),
             worker,
-        }
+        })
     }
 }
 
@@ -317,7 +353,11 @@ pub async fn serve<H, F>(
         };
         let _ = stream.set_nodelay(true);
         accepted_here.increment(1);
-        let guard = tracker.enter();
+        let Some(guard) = tracker.enter(limits.max_connections) else {
+            refuse(stream, acceptor.is_none(), &tracker);
+            continue;
+        };
+        let stream = WriteDeadline::new(stream, limits.write_timeout);
         let conn = ConnSetup {
             builder: Arc::clone(&builder),
             limits: Arc::clone(&limits),
@@ -342,7 +382,7 @@ struct ConnSetup {
 
 impl ConnSetup {
     /// Serves the connection; `guard` counts it as open until its socket is about to close.
-    async fn run<H, F>(self, stream: TcpStream, handler: H, guard: ConnGuard)
+    async fn run<H, F>(self, stream: ClientIo, handler: H, guard: ConnGuard)
     where
         H: Fn(Arc<ConnInfo>, Request<Body>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Response<Body>> + Send + 'static,
@@ -422,6 +462,7 @@ impl ConnSetup {
         F: Future<Output = Response<Body>> + Send + 'static,
     {
         let activity = Arc::new(Activity::new());
+        let stream_idle = self.limits.stream_idle_timeout;
         let svc = {
             let activity = Arc::clone(&activity);
             let info = Arc::clone(&info);
@@ -429,7 +470,13 @@ impl ConnSetup {
                 activity.in_flight.fetch_add(1, Ordering::AcqRel);
                 activity.seen_request.store(true, Ordering::Release);
                 let in_flight = InFlight(Arc::clone(&activity));
-                let fut = handler(Arc::clone(&info), req.map(proxy::boxed));
+                // A body still to come waits at most stream_idle_timeout for each piece.
+                let fut = if req.body().is_end_stream() {
+                    handler(Arc::clone(&info), req.map(proxy::boxed))
+                } else {
+                    let req = req.map(|b| proxy::boxed(IdleBody::new(b, stream_idle, "request body")));
+                    handler(Arc::clone(&info), req)
+                };
                 async move {
                     let resp = fut.await;
                     drop(in_flight);
@@ -473,6 +520,7 @@ impl ConnSetup {
                         if !activity.seen_request.load(Ordering::Acquire) {
                             // Connected but never sent a request: a slow or silent client. Close hard.
                             tracing::debug!(peer = %info.peer, "closing a connection that sent no request in time");
+                            metrics::counter!(m::REFUSED, "reason" => "header_read_timeout").increment(1);
                             drop(guard);
                             return;
                         }
@@ -483,6 +531,37 @@ impl ConnSetup {
             }
         }
     }
+}
+
+/// Refuses a connection over `max_connections`: a plaintext client is answered 503 naming the limit (TLS
+/// clients, whose handshake cannot be answered in plain text, see the connection close), and the socket
+/// lingers briefly so the answer is not lost to a reset, unless many refusals linger already.
+fn refuse(stream: TcpStream, plaintext: bool, tracker: &Arc<ConnTracker>) {
+    metrics::counter!(m::REFUSED, "reason" => "connection_limit").increment(1);
+    tracing::debug!("refusing a client connection: max_connections are open");
+    if !plaintext {
+        return;
+    }
+    // The socket's send buffer is empty at accept: the answer fits without waiting.
+    let _ = stream.try_write(REFUSAL);
+    if tracker.lingering.fetch_add(1, Ordering::AcqRel) >= MAX_LINGERING_REFUSALS {
+        tracker.lingering.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let tracker = Arc::clone(tracker);
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = stream;
+        let _ = stream.shutdown().await;
+        let mut sink = [0u8; 1024];
+        let deadline = Instant::now() + REFUSAL_LINGER;
+        while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            if n == 0 {
+                break;
+            }
+        }
+        tracker.lingering.fetch_sub(1, Ordering::AcqRel);
+    });
 }
 
 /// Resolves once `rx` holds `true` (or its sender is gone).

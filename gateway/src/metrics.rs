@@ -48,6 +48,10 @@ pub const OPEN_CONNECTIONS: &str = "infergate_gateway_open_connections";
 pub const CONNECTIONS: &str = "infergate_gateway_connections_total";
 /// Client connections accepted, by data `worker` (`0`…`workers - 1`): how the kernel spread them.
 pub const WORKER_CONNECTIONS: &str = "infergate_gateway_worker_connections_total";
+/// Client connections and requests refused or cut off by a listener limit, by `reason`: `connection_limit`,
+/// `header_read_timeout`, `write_timeout`, `stream_idle_timeout`, `head_too_large`, `too_many_headers`,
+/// `malformed_head`, `unsupported_transfer_coding`.
+pub const REFUSED: &str = "infergate_gateway_refused_total";
 /// TLS handshakes that failed, by `listener`.
 pub const TLS_HANDSHAKE_FAILURES: &str = "infergate_gateway_tls_handshake_failures_total";
 /// Canary rollbacks made by the automatic analysis, by `route`.
@@ -131,6 +135,10 @@ fn describe() {
     describe_counter!(
         WORKER_CONNECTIONS,
         "Client connections accepted by each data worker."
+    );
+    describe_counter!(
+        REFUSED,
+        "Client connections and requests refused or cut off by a listener limit, by reason."
     );
     describe_counter!(TLS_HANDSHAKE_FAILURES, "Client TLS handshakes that failed.");
     describe_counter!(

@@ -29,6 +29,18 @@ pub fn header_read_timeout() -> Duration {
 pub fn idle_timeout() -> Duration {
     Duration::from_secs(60)
 }
+/// Time a response write may make no progress before the client connection is closed.
+pub fn write_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+/// Time a request or response body may move no bytes before the request is ended.
+pub fn stream_idle_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+/// Client connections open at once on the data listener.
+pub fn max_connections() -> usize {
+    10_000
+}
 /// HTTP/2 concurrent streams per client connection.
 pub fn h2_max_concurrent_streams() -> u32 {
     200

@@ -128,6 +128,15 @@ pub struct ConnectionLimits {
     /// Close a connection that has been idle this long.
     #[serde(with = "units::duration")]
     pub idle_timeout: Duration,
+    /// Close a connection whose response write has made no progress this long (the client does not read);
+    /// its upstream stream and concurrency slot are freed.
+    #[serde(with = "units::duration")]
+    pub write_timeout: Duration,
+    /// End a request whose body, or whose response body, has moved no bytes this long.
+    #[serde(with = "units::duration")]
+    pub stream_idle_timeout: Duration,
+    /// Client connections open at once on the data listener; more are refused and closed at once.
+    pub max_connections: usize,
     /// HTTP/2 streams a client may have open at once.
     pub h2_max_concurrent_streams: u32,
     /// HTTP/2 streams a client may reset before they are accepted (rapid-reset guard).
@@ -562,6 +571,9 @@ impl Default for ConnectionLimits {
             max_headers: defaults::max_headers(),
             header_read_timeout: defaults::header_read_timeout(),
             idle_timeout: defaults::idle_timeout(),
+            write_timeout: defaults::write_timeout(),
+            stream_idle_timeout: defaults::stream_idle_timeout(),
+            max_connections: defaults::max_connections(),
             h2_max_concurrent_streams: defaults::h2_max_concurrent_streams(),
             h2_max_pending_accept_reset_streams: defaults::h2_max_pending_accept_reset_streams(),
             h2_max_local_error_reset_streams: defaults::h2_max_local_error_reset_streams(),

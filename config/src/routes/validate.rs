@@ -173,6 +173,24 @@ fn listeners(c: &mut Checker<'_>, l: &Listeners) {
             "idle_timeout is 0s; use a positive duration such as 60s".into(),
         );
     }
+    if lim.write_timeout.is_zero() {
+        c.error(
+            "listeners.limits.write_timeout",
+            "write_timeout is 0s; use a positive duration such as 30s".into(),
+        );
+    }
+    if lim.stream_idle_timeout.is_zero() {
+        c.error(
+            "listeners.limits.stream_idle_timeout",
+            "stream_idle_timeout is 0s; use a positive duration such as 300s".into(),
+        );
+    }
+    if lim.max_connections == 0 {
+        c.error(
+            "listeners.limits.max_connections",
+            "max_connections is 0, so no client could connect; use a positive count such as 10000".into(),
+        );
+    }
     if l.worker_threads == Some(0) {
         c.error(
             "listeners.worker_threads",

@@ -6,6 +6,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::Error;
+
 /// The longest chunk-size line (size, extensions, CRLF) or trailer line accepted.
 const MAX_LINE: usize = 4096;
 
@@ -18,17 +20,6 @@ pub enum Decoded {
     End,
     /// The buffer holds no more of the body; read from the connection.
     NeedMore,
-}
-
-/// Why a body could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BodyError {
-    /// The framing is broken; the text names how.
-    #[error("malformed chunked request body: {0}")]
-    Malformed(&'static str),
-    /// The client closed the connection before the body ended.
-    #[error("the client closed the connection before the request body ended")]
-    Truncated,
 }
 
 /// Decodes one request body from the connection's read buffer, leaving whatever follows it there.
@@ -45,6 +36,9 @@ pub enum Decoder {
     UntilClose,
     /// The body has been read to its end.
     Done,
+    /// The body's framing was broken; every later call gives the same error, so a caller that stops at a
+    /// piece and comes back cannot read past the break.
+    Failed(Error),
 }
 
 /// Where a chunked decoder is.
@@ -85,10 +79,22 @@ impl Decoder {
 
     /// The next piece of the body from `buf`. Trailers are read and dropped (the bridge to HTTP/2 does not
     /// forward them); `max_trailer_bytes` bounds them.
-    pub fn decode(&mut self, buf: &mut BytesMut, max_trailer_bytes: usize) -> Result<Decoded, BodyError> {
+    pub fn decode(&mut self, buf: &mut BytesMut, max_trailer_bytes: usize) -> Result<Decoded, Error> {
+        if let Decoder::Failed(e) = self {
+            return Err(e.clone());
+        }
+        let decoded = self.step(buf, max_trailer_bytes);
+        if let Err(e) = &decoded {
+            *self = Decoder::Failed(e.clone());
+        }
+        decoded
+    }
+
+    fn step(&mut self, buf: &mut BytesMut, max_trailer_bytes: usize) -> Result<Decoded, Error> {
         loop {
             match self {
                 Decoder::Done => return Ok(Decoded::End),
+                Decoder::Failed(e) => return Err(e.clone()),
                 Decoder::UntilClose => {
                     if buf.is_empty() {
                         return Ok(Decoded::NeedMore);
@@ -137,7 +143,7 @@ impl Decoder {
                             return Ok(Decoded::NeedMore);
                         }
                         if &buf[..2] != b"\r\n" {
-                            return Err(BodyError::Malformed("chunk data is not followed by CRLF"));
+                            return Err(Error::MalformedBody("chunk data is not followed by CRLF"));
                         }
                         buf.advance(2);
                         *state = ChunkState::Size;
@@ -152,7 +158,7 @@ impl Decoder {
                         }
                         let seen = seen + line.len() + 2;
                         if seen > max_trailer_bytes {
-                            return Err(BodyError::Malformed(
+                            return Err(Error::MalformedBody(
                                 "the trailers are larger than max_header_bytes",
                             ));
                         }
@@ -165,41 +171,41 @@ impl Decoder {
 }
 
 /// Takes one CRLF-terminated line (without the CRLF) off the front of `buf`, if it is all there.
-fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, BodyError> {
+fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, Error> {
     match buf.iter().take(MAX_LINE).position(|&b| b == b'\n') {
         Some(nl) => {
             if nl == 0 || buf[nl - 1] != b'\r' {
-                return Err(BodyError::Malformed("a line ends in a bare LF"));
+                return Err(Error::MalformedBody("a line ends in a bare LF"));
             }
             let mut line = buf.split_to(nl + 1);
             line.truncate(nl - 1);
             Ok(Some(line))
         }
         None if buf.len() >= MAX_LINE => {
-            Err(BodyError::Malformed("a chunk-size or trailer line is too long"))
+            Err(Error::MalformedBody("a chunk-size or trailer line is too long"))
         }
         None => Ok(None),
     }
 }
 
 /// The size in a chunk-size line: hex digits, then optional extensions (ignored) after `;`.
-fn chunk_size(line: &[u8]) -> Result<u64, BodyError> {
+fn chunk_size(line: &[u8]) -> Result<u64, Error> {
     let digits_end = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
         .unwrap_or(line.len());
     let (digits, rest) = line.split_at(digits_end);
     if digits.is_empty() {
-        return Err(BodyError::Malformed("a chunk size is not a hex number"));
+        return Err(Error::MalformedBody("a chunk size is not a hex number"));
     }
     let rest = rest.trim_ascii_start();
     if !rest.is_empty() && rest[0] != b';' {
-        return Err(BodyError::Malformed(
+        return Err(Error::MalformedBody(
             "a chunk size is followed by something other than an extension",
         ));
     }
     if digits.len() > 15 {
-        return Err(BodyError::Malformed("a chunk size is too large"));
+        return Err(Error::MalformedBody("a chunk size is too large"));
     }
     Ok(digits.iter().fold(0u64, |n, &d| n * 16 + u64::from(hex_value(d))))
 }
@@ -217,14 +223,14 @@ mod tests {
     use super::*;
 
     /// Decodes all of `input`, returning the body and what is left in the buffer.
-    fn decode_all(mut decoder: Decoder, input: &[u8]) -> Result<(Vec<u8>, Vec<u8>), BodyError> {
+    fn decode_all(mut decoder: Decoder, input: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
         let mut buf = BytesMut::from(input);
         let mut body = Vec::new();
         loop {
             match decoder.decode(&mut buf, 1024)? {
                 Decoded::Data(d) => body.extend_from_slice(&d),
                 Decoded::End => return Ok((body, buf.to_vec())),
-                Decoded::NeedMore => return Err(BodyError::Truncated),
+                Decoded::NeedMore => return Err(Error::Truncated),
             }
         }
     }
@@ -272,7 +278,7 @@ mod tests {
             b"5 x\r\nhello\r\n0\r\n\r\n",
         ] {
             assert!(
-                matches!(decode_all(Decoder::chunked(), bad), Err(BodyError::Malformed(_))),
+                matches!(decode_all(Decoder::chunked(), bad), Err(Error::MalformedBody(_))),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
@@ -280,7 +286,7 @@ mod tests {
         let long = vec![b'1'; MAX_LINE + 1];
         assert!(matches!(
             decode_all(Decoder::chunked(), &long),
-            Err(BodyError::Malformed(_))
+            Err(Error::MalformedBody(_))
         ));
         let mut trailers = b"0\r\n".to_vec();
         for _ in 0..100 {
@@ -288,8 +294,19 @@ mod tests {
         }
         assert!(matches!(
             decode_all(Decoder::chunked(), &trailers),
-            Err(BodyError::Malformed(_))
+            Err(Error::MalformedBody(_))
         ));
+    }
+
+    #[test]
+    fn a_broken_body_stays_broken() {
+        let mut decoder = Decoder::chunked();
+        let mut buf = BytesMut::from(&b"zz\r\n5\r\nhello\r\n0\r\n\r\n"[..]);
+        assert!(decoder.decode(&mut buf, 64).is_err());
+        assert!(
+            decoder.decode(&mut buf, 64).is_err(),
+            "the chunks after the broken line are not read"
+        );
     }
 
     #[test]
@@ -318,7 +335,7 @@ mod tests {
         assert_eq!((body.as_slice(), rest.as_slice()), (&b"hello"[..], &b"GET"[..]));
         assert!(matches!(
             decode_all(Decoder::length(9), b"hello"),
-            Err(BodyError::Truncated)
+            Err(Error::Truncated)
         ));
     }
 }

@@ -13,6 +13,7 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode, Uri, Version};
 
+use crate::Error;
 use crate::out::{content_length, header};
 
 /// Headers the pipeline may add to a request; the map is allocated with room for them.
@@ -43,37 +44,6 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// Whether the client waits for `100 Continue` before sending the body.
     pub expect_continue: bool,
-}
-
-/// Why a request head was refused. The connection is answered and closed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HeadError {
-    /// The head is larger than the listener's `max_header_bytes`.
-    TooLarge(usize),
-    /// The head has more headers than the listener's `max_headers`.
-    TooManyHeaders(usize),
-    /// A transfer coding other than `chunked`.
-    UnsupportedCoding(String),
-    /// Anything else malformed; the text names what.
-    Malformed(String),
-}
-
-impl HeadError {
-    /// The message the client reads, naming the problem and the fix.
-    pub fn message(&self) -> String {
-        match self {
-            HeadError::TooLarge(limit) => format!(
-                "the request head is larger than this listener's max_header_bytes ({limit} bytes); send fewer or smaller headers"
-            ),
-            HeadError::TooManyHeaders(limit) => format!(
-                "the request has more headers than this listener's max_headers ({limit}); send fewer headers"
-            ),
-            HeadError::UnsupportedCoding(coding) => format!(
-                "transfer-encoding '{coding}' is not supported; send the body with 'transfer-encoding: chunked' or a content-length"
-            ),
-            HeadError::Malformed(what) => format!("malformed HTTP/1.1 request: {what}"),
-        }
-    }
 }
 
 /// Where one header's name and value lie in the head: (start, length) of each.
@@ -113,6 +83,86 @@ struct Spans {
     len: usize,
 }
 
+/// Finds where a message head ends, looking at each byte once however the head arrives: a head dribbled one
+/// byte per read costs as much as one read in one piece, where parsing the whole buffer on every read would
+/// cost time quadratic in its length. A head ends with an empty line after a non-empty one (leading empty
+/// lines are skipped, as the parser skips them); `\r` is ignored here, the parser judges it.
+#[derive(Debug, Clone, Default)]
+pub struct HeadScan {
+    /// Bytes of the buffer looked at so far.
+    scanned: usize,
+    /// Whether a byte other than CR or LF has been seen.
+    content: bool,
+    /// Whether the current line has held nothing but CR so far.
+    line_has_content: bool,
+}
+
+impl HeadScan {
+    /// Whether `buf`, the bytes of one head read so far from its first byte, holds the head's end. Only
+    /// the bytes added since the last call are looked at.
+    pub fn found_end(&mut self, buf: &[u8]) -> bool {
+        let new = buf.get(self.scanned..).unwrap_or_default();
+        for (i, &b) in new.iter().enumerate() {
+            match b {
+                b'\n' => {
+                    if self.content && !self.line_has_content {
+                        self.scanned += i + 1;
+                        return true;
+                    }
+                    self.line_has_content = false;
+                }
+                b'\r' => {}
+                _ => {
+                    self.content = true;
+                    self.line_has_content = true;
+                }
+            }
+        }
+        self.scanned = buf.len();
+        false
+    }
+
+    /// Starts over for the next head.
+    pub fn reset(&mut self) {
+        *self = HeadScan::default();
+    }
+}
+
+/// Reads request heads off one connection: the head scan and the header positions are kept between reads
+/// and between requests, so a head is parsed once, when its end has arrived.
+#[derive(Debug)]
+pub struct RequestParser {
+    max_headers: usize,
+    max_header_bytes: usize,
+    scan: HeadScan,
+    spans: Vec<HeaderSpan>,
+}
+
+impl RequestParser {
+    /// A parser refusing heads with more than `max_headers` headers or longer than `max_header_bytes`.
+    pub fn new(max_headers: usize, max_header_bytes: usize) -> RequestParser {
+        RequestParser {
+            max_headers,
+            max_header_bytes,
+            scan: HeadScan::default(),
+            spans: Vec::new(),
+        }
+    }
+
+    /// Takes a complete request head off the front of `buf` (the body stays). `Ok(None)`: the head is not
+    /// complete yet; call again when more bytes have been appended to `buf`.
+    pub fn parse(&mut self, buf: &mut BytesMut) -> Result<Option<RequestHead>, Error> {
+        if !self.scan.found_end(buf) && buf.len() < self.max_header_bytes {
+            return Ok(None);
+        }
+        let parsed = parse(buf, self.max_headers, self.max_header_bytes, &mut self.spans);
+        if !matches!(parsed, Ok(None)) {
+            self.scan.reset();
+        }
+        parsed
+    }
+}
+
 /// Parses a complete request head at the start of `buf` and takes it (not the body) out of `buf`.
 /// `Ok(None)`: the head is not complete yet, read more. `scratch` is reused between requests.
 pub fn parse(
@@ -120,7 +170,7 @@ pub fn parse(
     max_headers: usize,
     max_header_bytes: usize,
     scratch: &mut Vec<HeaderSpan>,
-) -> Result<Option<RequestHead>, HeadError> {
+) -> Result<Option<RequestHead>, Error> {
     let spans = if max_headers <= STACK_HEADERS {
         let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
         locate(buf, &mut slots[..max_headers], max_headers, scratch)?
@@ -131,12 +181,12 @@ pub fn parse(
     };
     let Some(spans) = spans else {
         if buf.len() >= max_header_bytes {
-            return Err(HeadError::TooLarge(max_header_bytes));
+            return Err(Error::HeadTooLarge(max_header_bytes));
         }
         return Ok(None);
     };
     if spans.len > max_header_bytes {
-        return Err(HeadError::TooLarge(max_header_bytes));
+        return Err(Error::HeadTooLarge(max_header_bytes));
     }
     let head = buf.split_to(spans.len).freeze();
     build(&head, &spans, scratch).map(Some)
@@ -148,18 +198,18 @@ fn locate<'b>(
     slots: &mut [MaybeUninit<httparse::Header<'b>>],
     max_headers: usize,
     scratch: &mut Vec<HeaderSpan>,
-) -> Result<Option<Spans>, HeadError> {
+) -> Result<Option<Spans>, Error> {
     let mut req = httparse::Request::new(&mut []);
     let len = match req.parse_with_uninit_headers(buf, slots) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders(max_headers)),
-        Err(e) => return Err(HeadError::Malformed(e.to_string())),
+        Err(httparse::Error::TooManyHeaders) => return Err(Error::TooManyHeaders(max_headers)),
+        Err(e) => return Err(Error::MalformedHead(e.to_string())),
     };
     let base = buf.as_ptr() as usize;
     let span = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
-        return Err(HeadError::Malformed("incomplete request line".into()));
+        return Err(Error::MalformedHead("incomplete request line".into()));
     };
     scratch.clear();
     scratch.extend(req.headers.iter().map(|h| HeaderSpan::of(base, h)));
@@ -172,13 +222,13 @@ fn locate<'b>(
 }
 
 /// Builds the request and its framing from the located parts of `head`.
-fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestHead, HeadError> {
+fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestHead, Error> {
     let at = |(start, len): (usize, usize)| &head[start..start + len];
     let method =
-        Method::from_bytes(at(spans.method)).map_err(|_| HeadError::Malformed("invalid method".into()))?;
+        Method::from_bytes(at(spans.method)).map_err(|_| Error::MalformedHead("invalid method".into()))?;
     let (t, tl) = spans.target;
     let uri = Uri::from_maybe_shared(head.slice(t..t + tl))
-        .map_err(|e| HeadError::Malformed(format!("invalid request target: {e}")))?;
+        .map_err(|e| Error::MalformedHead(format!("invalid request target: {e}")))?;
     let version = if spans.version == 1 {
         Version::HTTP_11
     } else {
@@ -191,8 +241,8 @@ fn build(head: &Bytes, spans: &Spans, scratch: &[HeaderSpan]) -> Result<RequestH
     let mut seen = Seen::default();
     for span in scratch {
         let (name, value) = span.read(head).map_err(|bad| match bad {
-            None => HeadError::Malformed("invalid header name".into()),
-            Some(name) => HeadError::Malformed(format!("invalid value in header '{name}'")),
+            None => Error::MalformedHead("invalid header name".into()),
+            Some(name) => Error::MalformedHead(format!("invalid value in header '{name}'")),
         })?;
         seen.note(&name);
         headers.append(name, value);
@@ -247,16 +297,16 @@ impl Seen {
 /// The request body's framing. Both `Transfer-Encoding` and `Content-Length`, conflicting lengths and
 /// transfer codings on HTTP/1.0 are refused: each is a way to make two parsers disagree about where a
 /// request ends (request smuggling).
-fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, HeadError> {
+fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, Error> {
     let mut codings = headers.get_all(TRANSFER_ENCODING).iter().peekable();
     if codings.peek().is_some() {
         if version != Version::HTTP_11 {
-            return Err(HeadError::Malformed(
+            return Err(Error::MalformedHead(
                 "transfer-encoding in an HTTP/1.0 request".into(),
             ));
         }
         if headers.contains_key(CONTENT_LENGTH) {
-            return Err(HeadError::Malformed(
+            return Err(Error::MalformedHead(
                 "both transfer-encoding and content-length are set; send one".into(),
             ));
         }
@@ -264,20 +314,20 @@ fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, HeadError> 
         for value in codings {
             let text = value
                 .to_str()
-                .map_err(|_| HeadError::Malformed("invalid transfer-encoding".into()))?;
+                .map_err(|_| Error::MalformedHead("invalid transfer-encoding".into()))?;
             all.extend(text.split(',').map(str::trim).filter(|c| !c.is_empty()));
         }
         return match all.as_slice() {
             [only] if only.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
-            _ => Err(HeadError::UnsupportedCoding(all.join(", "))),
+            _ => Err(Error::UnsupportedCoding(all.join(", "))),
         };
     }
     let mut length = None;
     for value in headers.get_all(CONTENT_LENGTH) {
         let n = parse_length(value.as_bytes())
-            .ok_or_else(|| HeadError::Malformed("content-length is not a number".into()))?;
+            .ok_or_else(|| Error::MalformedHead("content-length is not a number".into()))?;
         if length.is_some_and(|l| l != n) {
-            return Err(HeadError::Malformed("conflicting content-length values".into()));
+            return Err(Error::MalformedHead("conflicting content-length values".into()));
         }
         length = Some(n);
     }
@@ -413,7 +463,7 @@ fn with_date(f: impl FnOnce(&[u8])) {
 mod tests {
     use super::*;
 
-    fn parse_all(text: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+    fn parse_all(text: &[u8]) -> Result<Option<RequestHead>, Error> {
         let mut buf = BytesMut::from(text);
         parse(&mut buf, 100, 16 << 10, &mut Vec::new())
     }
@@ -442,7 +492,7 @@ mod tests {
         buf.extend_from_slice(&[b'a'; 200]);
         assert_eq!(
             parse(&mut buf, 100, 128, &mut Vec::new()).unwrap_err(),
-            HeadError::TooLarge(128)
+            Error::HeadTooLarge(128)
         );
     }
 
@@ -456,7 +506,7 @@ mod tests {
         let mut buf = BytesMut::from(&text[..]);
         assert_eq!(
             parse(&mut buf, 4, 1 << 10, &mut Vec::new()).unwrap_err(),
-            HeadError::TooManyHeaders(4)
+            Error::TooManyHeaders(4)
         );
         let mut buf = BytesMut::from(&text[..]);
         assert!(parse(&mut buf, 5, 1 << 10, &mut Vec::new()).unwrap().is_some());
@@ -465,15 +515,15 @@ mod tests {
     #[test]
     fn ambiguous_framing_is_refused() {
         let both = b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n";
-        assert!(matches!(parse_all(both), Err(HeadError::Malformed(m)) if m.contains("both")));
+        assert!(matches!(parse_all(both), Err(Error::MalformedHead(m)) if m.contains("both")));
         let two = b"POST / HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n";
-        assert!(matches!(parse_all(two), Err(HeadError::Malformed(m)) if m.contains("conflicting")));
+        assert!(matches!(parse_all(two), Err(Error::MalformedHead(m)) if m.contains("conflicting")));
         let signed = b"POST / HTTP/1.1\r\ncontent-length: +3\r\n\r\n";
-        assert!(matches!(parse_all(signed), Err(HeadError::Malformed(_))));
+        assert!(matches!(parse_all(signed), Err(Error::MalformedHead(_))));
         let gzip = b"POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n";
-        assert!(matches!(parse_all(gzip), Err(HeadError::UnsupportedCoding(c)) if c == "gzip, chunked"));
+        assert!(matches!(parse_all(gzip), Err(Error::UnsupportedCoding(c)) if c == "gzip, chunked"));
         let old = b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n";
-        assert!(matches!(parse_all(old), Err(HeadError::Malformed(_))));
+        assert!(matches!(parse_all(old), Err(Error::MalformedHead(_))));
         let same = b"POST / HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 3\r\n\r\n";
         assert_eq!(parse_all(same).unwrap().unwrap().framing, Framing::Length(3));
         let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n";
@@ -497,15 +547,15 @@ mod tests {
     fn garbage_is_malformed() {
         assert!(matches!(
             parse_all(b"GET / HTTP/1.1\r\nbad header\r\n\r\n"),
-            Err(HeadError::Malformed(_))
+            Err(Error::MalformedHead(_))
         ));
         assert!(matches!(
             parse_all(b"\x00\x01\x02 / HTTP/1.1\r\n\r\n"),
-            Err(HeadError::Malformed(_))
+            Err(Error::MalformedHead(_))
         ));
         assert!(matches!(
             parse_all(b"GET / HTTP/2.0\r\n\r\n"),
-            Err(HeadError::Malformed(_))
+            Err(Error::MalformedHead(_))
         ));
     }
 
@@ -572,6 +622,49 @@ mod tests {
             let mut buf = BytesMut::from(&input[..]);
             let _ = parse(&mut buf, 8, 256, &mut Vec::new());
         }
+    }
+
+    #[test]
+    fn the_head_scan_finds_the_empty_line_whatever_the_split() {
+        let head = b"\r\nGET / HTTP/1.1\r\nhost: a\r\nx: \r\r\n\r\nbody";
+        let end = head.len() - 4;
+        for split in 0..=head.len() {
+            let mut scan = HeadScan::default();
+            let first = scan.found_end(&head[..split]);
+            assert_eq!(first, split >= end, "split at {split}");
+            if !first {
+                assert!(scan.found_end(head), "split at {split}");
+            }
+        }
+        let mut scan = HeadScan::default();
+        assert!(!scan.found_end(b"\r\n\n\r\n"), "leading empty lines are no head");
+        assert!(scan.found_end(b"\r\n\n\r\nGET / HTTP/1.1\n\n"));
+    }
+
+    #[test]
+    fn a_dribbled_head_is_parsed_once_it_is_whole() {
+        let text = b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 2\r\n\r\nhiGET";
+        let mut parser = RequestParser::new(100, 16 << 10);
+        let mut buf = BytesMut::new();
+        let mut heads = Vec::new();
+        for &b in text.iter() {
+            buf.extend_from_slice(&[b]);
+            if let Some(head) = parser.parse(&mut buf).unwrap() {
+                heads.push(head);
+            }
+        }
+        assert_eq!(heads.len(), 1);
+        assert_eq!(heads[0].framing, Framing::Length(2));
+        assert_eq!(&buf[..], b"hiGET");
+        // The next request on the connection starts a fresh scan.
+        buf.clear();
+        buf.extend_from_slice(b"GET /2 HTTP/1.1\r\n\r\n");
+        assert_eq!(parser.parse(&mut buf).unwrap().unwrap().request.uri(), "/2");
+        // A head with no end is refused at the size limit.
+        let mut parser = RequestParser::new(100, 1024);
+        let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nx: "[..]);
+        buf.resize(1024, b'a');
+        assert_eq!(parser.parse(&mut buf).unwrap_err(), Error::HeadTooLarge(1024));
     }
 
     #[test]

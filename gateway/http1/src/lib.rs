@@ -5,5 +5,9 @@
 //! with them. Limits that bound memory (head size, header count, chunk-line length) are parameters.
 
 pub mod body;
+mod error;
 pub mod head;
 pub mod out;
+pub mod response;
+
+pub use error::Error;

@@ -4,7 +4,11 @@
 use std::io;
 
 use bytes::Bytes;
+use http::Method;
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::head::Framing;
 
 /// Gathered bytes are written once they reach this; a body piece this large skips the gathering.
 pub const WRITE_CHUNK: usize = 16 << 10;
@@ -59,4 +63,60 @@ pub async fn put_data<I: AsyncWrite + Unpin>(
         flush(io, gathered).await?;
     }
     Ok(())
+}
+
+/// Writes a request line and headers into `out`, with `framing` as the body's delimiting: the request's own
+/// `content-length`, `transfer-encoding` and `connection` are replaced by it.
+pub fn request_head(out: &mut Vec<u8>, parts: &http::request::Parts, framing: Framing) {
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &parts.headers {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
+            continue;
+        }
+        header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    match framing {
+        Framing::Length(n) => content_length(out, n),
+        Framing::Chunked => header(out, b"transfer-encoding", b"chunked"),
+        Framing::Empty => {
+            // Methods that usually carry a body say it is empty, so the peer does not wait for one.
+            if matches!(parts.method, Method::POST | Method::PUT | Method::PATCH) {
+                header(out, b"content-length", b"0");
+            }
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    #[test]
+    fn request_heads_carry_the_callers_framing() {
+        let req = Request::post("/v2/models/m/infer?x=1")
+            .header("host", "models:8000")
+            .header("content-length", "999")
+            .header("connection", "keep-alive")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let mut out = Vec::new();
+        request_head(&mut out, &parts, Framing::Length(5));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /v2/models/m/infer?x=1 HTTP/1.1\r\nhost: models:8000\r\ncontent-length: 5\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        request_head(&mut out, &parts, Framing::Empty);
+        assert!(String::from_utf8(out).unwrap().contains("content-length: 0\r\n"));
+        let (get, ()) = Request::get("/").body(()).unwrap().into_parts();
+        let mut out = Vec::new();
+        request_head(&mut out, &get, Framing::Empty);
+        assert_eq!(String::from_utf8(out).unwrap(), "GET / HTTP/1.1\r\n\r\n");
+    }
 }

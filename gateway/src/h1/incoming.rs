@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
-use infergate_http1::body::BodyError;
+use infergate_http1::Error;
 use tokio::sync::mpsc;
 
 use crate::proxy::BoxError;
@@ -22,7 +22,7 @@ pub enum Event {
     /// The body ended cleanly.
     End,
     /// The body cannot be completed.
-    Failed(BodyError),
+    Failed(Error),
 }
 
 /// The sending half: the connection feeds it from the socket.
@@ -77,11 +77,11 @@ impl http_body::Body for Incoming {
             }
             Poll::Ready(Some(Event::Failed(e))) => {
                 self.ended = true;
-                Poll::Ready(Some(Err(e.into())))
+                Poll::Ready(Some(Err(client_error(e))))
             }
             Poll::Ready(None) => {
                 self.ended = true;
-                Poll::Ready(Some(Err(BodyError::Truncated.into())))
+                Poll::Ready(Some(Err(client_error(Error::Truncated))))
             }
         }
     }
@@ -95,6 +95,18 @@ impl http_body::Body for Incoming {
             Some(n) => SizeHint::with_exact(n),
             None => SizeHint::default(),
         }
+    }
+}
+
+/// The body's error as the pipeline reports it to the client: naming the client's side and, for a stall,
+/// the limit that ended it.
+fn client_error(e: Error) -> BoxError {
+    match e {
+        Error::Truncated => "the client closed the connection before the request body ended".into(),
+        Error::Stalled => {
+            "the rest of the request body did not arrive within the listener's stream_idle_timeout".into()
+        }
+        e => e.into(),
     }
 }
 

@@ -7,12 +7,16 @@
 //! request the pipeline reads (header values are slices of the bytes read), writes each response head and a
 //! small body with one system call, and keeps the connection's limits in one place: the head must arrive
 //! within `header_read_timeout` (slowloris), be at most `max_header_bytes` with at most `max_headers`
-//! headers (431 beyond), and an idle connection closes after `idle_timeout`.
+//! headers (431 beyond), and an idle connection closes after `idle_timeout`. A head is parsed once its end
+//! has arrived (a head dribbled a byte per read costs no more than one sent whole); a request body or
+//! response body that moves no bytes for `stream_idle_timeout` ends the exchange; the listener's write
+//! timeout (`write_deadline.rs`) cuts a client that does not read.
 //!
 //! Requests are served one after another (pipelined requests wait in the read buffer). A body that did not
 //! arrive with its head streams to the pipeline while the response is awaited; a connection whose request
 //! body was not read to its end is closed after the response, since where the next request starts is then
-//! unknown. A client that opens with the HTTP/2 preface (h2c by prior knowledge) is handed back to the
+//! unknown. Chunks of a request body that arrive together go to the pipeline as one piece, so a body
+//! sent as one-byte chunks costs the upstream no more writes than the same bytes in one chunk. A client that opens with the HTTP/2 preface (h2c by prior knowledge) is handed back to the
 //! listener with the bytes read, to be served as HTTP/2.
 
 pub mod incoming;
@@ -35,10 +39,12 @@ use tokio::time::{Instant, Sleep};
 
 use crate::error::{ErrorKind, GatewayError};
 use crate::listener::{ConnInfo, ConnLimits};
+use crate::metrics as m;
 use crate::proxy::{self, Body};
 use incoming::Event;
-use infergate_http1::body::{BodyError, Decoded, Decoder};
-use infergate_http1::head::{self, Framing, HeadError, HeaderSpan, RequestHead, ResponseFraming};
+use infergate_http1::Error as WireError;
+use infergate_http1::body::{Decoded, Decoder};
+use infergate_http1::head::{self, Framing, RequestHead, RequestParser, ResponseFraming};
 use infergate_http1::out;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
@@ -53,6 +59,9 @@ const LINGER: Duration = Duration::from_secs(1);
 
 /// The most a closing connection reads and drops while lingering.
 const LINGER_BYTES: usize = 256 << 10;
+
+/// The largest piece of request body gathered from chunks that arrived together.
+const COALESCE_BYTES: usize = 64 << 10;
 
 /// How an HTTP/1.1 connection ended.
 pub enum Ended<I, G> {
@@ -92,9 +101,9 @@ where
         write: Vec::with_capacity(READ_RESERVE),
         timer: Box::pin(tokio::time::sleep(limits.header_read_timeout)),
         opened: Instant::now(),
+        parser: RequestParser::new(limits.max_headers, limits.max_header_bytes),
         limits,
         shutdown,
-        spans: Vec::new(),
         guard: Some(guard),
     };
     let mut first = true;
@@ -113,7 +122,7 @@ where
                 break;
             }
             Next::Refuse(e) => {
-                tracing::debug!(peer = %info.peer, error = %e.message(), "refusing a malformed request head");
+                tracing::debug!(peer = %info.peer, error = %e, "refusing a malformed request head");
                 conn.refuse(&e).await;
                 break;
             }
@@ -135,7 +144,7 @@ enum Next {
     Head(RequestHead),
     Close,
     Http2,
-    Refuse(HeadError),
+    Refuse(WireError),
 }
 
 /// How feeding a request body to the pipeline went, one step.
@@ -161,8 +170,8 @@ struct Connection<I, G> {
     opened: Instant,
     limits: Arc<ConnLimits>,
     shutdown: watch::Receiver<bool>,
-    /// Header positions, reused between requests.
-    spans: Vec<HeaderSpan>,
+    /// The request-head parser, kept across reads and requests.
+    parser: RequestParser,
     /// Dropped just before the socket closes (see [`serve`]).
     guard: Option<G>,
 }
@@ -188,12 +197,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
                         return Next::Http2;
                     }
                 } else {
-                    match head::parse(
-                        &mut self.read,
-                        limits.max_headers,
-                        limits.max_header_bytes,
-                        &mut self.spans,
-                    ) {
+                    match self.parser.parse(&mut self.read) {
                         Ok(Some(head)) => return Next::Head(head),
                         Ok(None) => {}
                         Err(e) => return Next::Refuse(e),
@@ -216,6 +220,10 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
                 r = self.io.read_buf(&mut self.read) => r,
                 () = &mut self.timer => {
                     if Instant::now() >= deadline {
+                        if head_deadline.is_some() {
+                            tracing::debug!("closing a connection whose request head did not arrive in time");
+                            metrics::counter!(m::REFUSED, "reason" => "header_read_timeout").increment(1);
+                        }
                         return Next::Close;
                     }
                     self.timer.as_mut().reset(deadline);
@@ -288,7 +296,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
                     tokio::select! {
                         biased;
                         r = response.as_mut() => break r,
-                        step = feed_once(&mut self.io, &mut self.read, decoder, tx, self.limits.max_header_bytes) => {
+                        step = feed_once(&mut self.io, &mut self.read, decoder, tx, &self.limits) => {
                             open = matches!(step, Feed::More);
                         }
                     }
@@ -311,13 +319,15 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
     }
 
     /// Answers a head that could not be served, and closes.
-    async fn refuse(&mut self, e: &HeadError) {
-        let kind = match e {
-            HeadError::TooLarge(_) | HeadError::TooManyHeaders(_) => ErrorKind::HeadersTooLarge,
-            HeadError::UnsupportedCoding(_) => ErrorKind::Unsupported,
-            HeadError::Malformed(_) => ErrorKind::BadRequest,
+    async fn refuse(&mut self, e: &WireError) {
+        let (kind, reason) = match e {
+            WireError::HeadTooLarge(_) => (ErrorKind::HeadersTooLarge, "head_too_large"),
+            WireError::TooManyHeaders(_) => (ErrorKind::HeadersTooLarge, "too_many_headers"),
+            WireError::UnsupportedCoding(_) => (ErrorKind::Unsupported, "unsupported_transfer_coding"),
+            _ => (ErrorKind::BadRequest, "malformed_head"),
         };
-        let response = GatewayError::new(kind, e.message()).into_response(false);
+        metrics::counter!(m::REFUSED, "reason" => reason).increment(1);
+        let response = GatewayError::new(kind, refusal_message(e)).into_response(false);
         if self.write_response(response, false, false, false).await.is_ok() {
             self.close(true).await;
         }
@@ -373,7 +383,16 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
                 Poll::Ready(frame) => frame,
                 Poll::Pending => {
                     self.flush().await?;
-                    body.frame().await
+                    match tokio::time::timeout(self.limits.stream_idle_timeout, body.frame()).await {
+                        Ok(frame) => frame,
+                        Err(_) => {
+                            metrics::counter!(m::REFUSED, "reason" => "stream_idle_timeout").increment(1);
+                            tracing::debug!(
+                                "the response body moved no bytes for stream_idle_timeout; closing"
+                            );
+                            return Ok(false);
+                        }
+                    }
                 }
             };
             let frame = match next {
@@ -474,22 +493,24 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
 }
 
 /// Passes the next piece of a request body from the connection to the pipeline: waits until the pipeline
-/// can take it, decodes it from `read`, reading from `io` when the buffer runs out. Cancel-safe (it is
-/// raced against the response): a piece is taken from the buffer only once it can be sent.
+/// can take it, decodes it from `read`, reading from `io` when the buffer runs out. Pieces already in the
+/// buffer (chunks that arrived together) go as one, up to [`COALESCE_BYTES`]. A client that sends nothing
+/// for `stream_idle_timeout` while the body is awaited fails the body. Cancel-safe (it is raced against the
+/// response): a piece is taken from the buffer only once it can be sent.
 async fn feed_once<I: AsyncRead + Unpin>(
     io: &mut I,
     read: &mut BytesMut,
     decoder: &mut Decoder,
     tx: &incoming::Sender,
-    max_trailer_bytes: usize,
+    limits: &ConnLimits,
 ) -> Feed {
     let Ok(permit) = tx.reserve().await else {
         return Feed::Abandoned;
     };
     loop {
-        match decoder.decode(read, max_trailer_bytes) {
+        match decoder.decode(read, limits.max_header_bytes) {
             Ok(Decoded::Data(data)) => {
-                permit.send(Event::Data(data));
+                permit.send(Event::Data(gather(data, read, decoder, limits.max_header_bytes)));
                 return Feed::More;
             }
             Ok(Decoded::End) => {
@@ -502,15 +523,68 @@ async fn feed_once<I: AsyncRead + Unpin>(
             }
             Ok(Decoded::NeedMore) => {
                 read.reserve(READ_RESERVE);
-                match io.read_buf(read).await {
-                    Ok(n) if n > 0 => {}
-                    _ => {
-                        permit.send(Event::Failed(BodyError::Truncated));
+                match tokio::time::timeout(limits.stream_idle_timeout, io.read_buf(read)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(_) => {
+                        permit.send(Event::Failed(WireError::Truncated));
+                        return Feed::Failed;
+                    }
+                    Err(_) => {
+                        metrics::counter!(m::REFUSED, "reason" => "stream_idle_timeout").increment(1);
+                        tracing::debug!("the request body moved no bytes for stream_idle_timeout");
+                        permit.send(Event::Failed(WireError::Stalled));
                         return Feed::Failed;
                     }
                 }
             }
         }
+    }
+}
+
+/// `first` and the body pieces that follow it in `read` now, as one piece of at most [`COALESCE_BYTES`]
+/// (beyond `first`). The end of the body, an error or a piece still to arrive is left for the next call.
+fn gather(first: Bytes, read: &mut BytesMut, decoder: &mut Decoder, max_trailer_bytes: usize) -> Bytes {
+    if read.is_empty() || decoder.is_done() {
+        return first;
+    }
+    let mut joined: Option<BytesMut> = None;
+    while joined.as_ref().map_or(first.len(), BytesMut::len) < COALESCE_BYTES {
+        // Only whole pieces already in the buffer: `NeedMore`, `End` and errors are found again next time
+        // (the decoder does not move past them).
+        let before = read.len();
+        match decoder.decode(read, max_trailer_bytes) {
+            Ok(Decoded::Data(more)) => {
+                joined
+                    .get_or_insert_with(|| {
+                        let mut j = BytesMut::with_capacity(first.len() + more.len() + read.len());
+                        j.extend_from_slice(&first);
+                        j
+                    })
+                    .extend_from_slice(&more);
+            }
+            _ => {
+                debug_assert!(read.len() <= before);
+                break;
+            }
+        }
+    }
+    joined.map_or(first, BytesMut::freeze)
+}
+
+/// What a client whose request head is refused reads: the problem and the fix.
+fn refusal_message(e: &WireError) -> String {
+    match e {
+        WireError::HeadTooLarge(limit) => format!(
+            "the request head is larger than this listener's max_header_bytes ({limit} bytes); send fewer or smaller headers"
+        ),
+        WireError::TooManyHeaders(limit) => format!(
+            "the request has more headers than this listener's max_headers ({limit}); send fewer headers"
+        ),
+        WireError::UnsupportedCoding(coding) => format!(
+            "transfer-encoding '{coding}' is not supported; send the body with 'transfer-encoding: chunked' or a content-length"
+        ),
+        WireError::MalformedHead(what) => format!("malformed HTTP/1.1 request: {what}"),
+        other => format!("malformed HTTP/1.1 request: {other}"),
     }
 }
 

@@ -22,27 +22,25 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, HeaderMap, TRANSFER_ENCODING};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{Method, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
+use infergate_http1::Error as WireError;
+use infergate_http1::body::{Decoded, Decoder};
+use infergate_http1::head::Framing;
+use infergate_http1::out;
+use infergate_http1::response::{ResponseHead, ResponseParser};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::error::{FailureKind, UpstreamError};
 use super::pool::Io;
 use crate::proxy::Body;
-use infergate_http1::body::{BodyError, Decoded, Decoder};
-use infergate_http1::head::{HeaderSpan, keeps_alive, parse_length};
-use infergate_http1::out::{self, content_length, header};
 
 /// Room kept free in the read buffer before each read.
 const READ_RESERVE: usize = 8 << 10;
 
 /// The largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 << 10;
-
-/// The most headers accepted in a response head.
-const MAX_RESPONSE_HEADERS: usize = 128;
 
 /// One worker's idle connections to one endpoint.
 pub(crate) struct IdleConns {
@@ -89,8 +87,8 @@ pub(crate) struct H1Conn {
     io: Box<dyn Io>,
     read: BytesMut,
     write: Vec<u8>,
-    /// Header positions of the response being parsed, reused between responses.
-    spans: Vec<HeaderSpan>,
+    /// The response-head parser, kept across reads and responses.
+    parser: ResponseParser,
 }
 
 /// What the request sent again on a new connection needs, when the pooled one turned out closed.
@@ -123,14 +121,6 @@ impl Target<'_> {
     }
 }
 
-/// How a request body is delimited on the wire.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum RequestFraming {
-    Empty,
-    Length(u64),
-    Chunked,
-}
-
 impl H1Conn {
     /// A connection over `io` (TCP or TLS, connected).
     pub(crate) fn new(io: Box<dyn Io>) -> H1Conn {
@@ -138,7 +128,7 @@ impl H1Conn {
             io,
             read: BytesMut::with_capacity(READ_RESERVE),
             write: Vec::with_capacity(READ_RESERVE),
-            spans: Vec::new(),
+            parser: ResponseParser::new(MAX_RESPONSE_HEAD),
         }
     }
 
@@ -163,17 +153,17 @@ impl H1Conn {
         let (parts, body) = req.into_parts();
         let head_request = parts.method == Method::HEAD;
         let framing = if body.is_end_stream() {
-            RequestFraming::Empty
+            Framing::Empty
         } else if let Some(n) = body.size_hint().exact() {
-            RequestFraming::Length(n)
+            Framing::Length(n)
         } else {
-            RequestFraming::Chunked
+            Framing::Chunked
         };
         self.write.clear();
-        encode_request_head(&mut self.write, &parts, framing);
+        out::request_head(&mut self.write, &parts, framing);
         drop(parts);
         async move {
-            if framing == RequestFraming::Empty {
+            if framing == Framing::Empty {
                 return self.exchange(head_request, pooled, true, &target).await;
             }
             let mut body = body;
@@ -262,7 +252,7 @@ impl H1Conn {
             ));
         }
         let head = loop {
-            match parse_response(&mut self.read, &mut self.spans) {
+            match self.parser.parse(&mut self.read) {
                 Ok(Some(head)) if head.status.is_informational() => {
                     if head.status == StatusCode::SWITCHING_PROTOCOLS {
                         return Err(SendError::Failed(target.error(
@@ -274,7 +264,11 @@ impl H1Conn {
                 }
                 Ok(Some(head)) => break head,
                 Ok(None) => {}
-                Err(what) => return Err(SendError::Failed(target.error(FailureKind::Protocol, what))),
+                Err(e) => {
+                    return Err(SendError::Failed(
+                        target.error(FailureKind::Protocol, &response_error(&e)),
+                    ));
+                }
             }
             let nothing_yet = self.read.is_empty();
             self.read.reserve(READ_RESERVE);
@@ -297,8 +291,9 @@ impl H1Conn {
             }
         };
         self.write.clear();
-        let (decoder, keep_alive) = response_framing(&head, head_request)
-            .map_err(|what| SendError::Failed(target.error(FailureKind::Protocol, what)))?;
+        let (decoder, keep_alive) = head
+            .framing(head_request)
+            .map_err(|e| SendError::Failed(target.error(FailureKind::Protocol, &response_error(&e))))?;
         let ResponseHead {
             status,
             version,
@@ -328,7 +323,7 @@ impl H1Conn {
     }
 
     /// Writes the request body after its head, framed.
-    async fn write_body(&mut self, body: &mut Body, framing: RequestFraming) -> Result<(), BodyWrite> {
+    async fn write_body(&mut self, body: &mut Body, framing: Framing) -> Result<(), BodyWrite> {
         loop {
             let next = match std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await
             {
@@ -347,16 +342,11 @@ impl H1Conn {
                     Err(_) => continue,
                 },
             };
-            out::put_data(
-                &mut self.io,
-                &mut self.write,
-                data,
-                framing == RequestFraming::Chunked,
-            )
-            .await
-            .map_err(BodyWrite::Io)?;
+            out::put_data(&mut self.io, &mut self.write, data, framing == Framing::Chunked)
+                .await
+                .map_err(BodyWrite::Io)?;
         }
-        if framing == RequestFraming::Chunked {
+        if framing == Framing::Chunked {
             self.write.extend_from_slice(b"0\r\n\r\n");
         }
         Ok(())
@@ -372,146 +362,6 @@ enum BodyWrite {
     Body,
     /// The connection failed.
     Io(io::Error),
-}
-
-/// The request line and headers, with the framing the gateway chose (the caller's own `content-length`
-/// and `transfer-encoding` are replaced by it).
-fn encode_request_head(out: &mut Vec<u8>, parts: &http::request::Parts, framing: RequestFraming) {
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in &parts.headers {
-        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
-            continue;
-        }
-        header(out, name.as_str().as_bytes(), value.as_bytes());
-    }
-    match framing {
-        RequestFraming::Length(n) => content_length(out, n),
-        RequestFraming::Chunked => header(out, b"transfer-encoding", b"chunked"),
-        RequestFraming::Empty => {
-            // Methods that usually carry a body say it is empty, so the upstream does not wait for one.
-            if matches!(parts.method, Method::POST | Method::PUT | Method::PATCH) {
-                header(out, b"content-length", b"0");
-            }
-        }
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-struct ResponseHead {
-    status: StatusCode,
-    version: Version,
-    headers: HeaderMap,
-    /// Whether `Connection` and `Transfer-Encoding` were present (noted while parsing, so that answers
-    /// without them cost no lookups for them).
-    has_connection: bool,
-    has_transfer_encoding: bool,
-}
-
-/// Parses a complete response head at the start of `buf` and takes it out; `Ok(None)` when incomplete.
-/// `spans` is scratch space, reused between responses.
-fn parse_response(
-    buf: &mut BytesMut,
-    spans: &mut Vec<HeaderSpan>,
-) -> Result<Option<ResponseHead>, &'static str> {
-    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
-    let mut resp = httparse::Response::new(&mut []);
-    let parsed =
-        httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
-    let len = match parsed {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => {
-            return Err("the upstream's response head is larger than 64 KiB");
-        }
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err("the upstream's response has more than 128 headers");
-        }
-        Err(_) => return Err("the upstream's answer is not a valid HTTP/1.1 response"),
-    };
-    let (Some(code), Some(version)) = (resp.code, resp.version) else {
-        return Err("the upstream's answer is not a valid HTTP/1.1 response");
-    };
-    let status = StatusCode::from_u16(code).map_err(|_| "the upstream answered an invalid status code")?;
-    let base = buf.as_ptr() as usize;
-    spans.clear();
-    spans.extend(resp.headers.iter().map(|h| HeaderSpan::of(base, h)));
-    let head: Bytes = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len() + 2);
-    let (mut has_connection, mut has_transfer_encoding) = (false, false);
-    for span in spans.iter() {
-        let (name, value) = span.read(&head).map_err(|bad| match bad {
-            None => "the upstream sent an invalid header name",
-            Some(_) => "the upstream sent an invalid header value",
-        })?;
-        has_connection |= name == CONNECTION;
-        has_transfer_encoding |= name == TRANSFER_ENCODING;
-        headers.append(name, value);
-    }
-    let version = if version == 1 {
-        Version::HTTP_11
-    } else {
-        Version::HTTP_10
-    };
-    Ok(Some(ResponseHead {
-        status,
-        version,
-        headers,
-        has_connection,
-        has_transfer_encoding,
-    }))
-}
-
-/// How the response body is delimited (RFC 9112 §6.3) and whether the connection can be reused after it.
-fn response_framing(head: &ResponseHead, head_request: bool) -> Result<(Decoder, bool), &'static str> {
-    let ResponseHead {
-        status,
-        version,
-        headers,
-        has_connection,
-        has_transfer_encoding,
-    } = head;
-    let status = *status;
-    let mut keep_alive = keeps_alive(*version, headers, *has_connection);
-    if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-        return Ok((Decoder::Done, keep_alive));
-    }
-    let last_coding = if *has_transfer_encoding {
-        headers.get_all(TRANSFER_ENCODING).iter().next_back()
-    } else {
-        None
-    };
-    let decoder = if let Some(last) = last_coding {
-        let chunked_last = last
-            .to_str()
-            .ok()
-            .and_then(|s| s.rsplit(',').next())
-            .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
-        if chunked_last {
-            Decoder::chunked()
-        } else {
-            Decoder::UntilClose
-        }
-    } else {
-        let mut length = None;
-        for v in headers.get_all(CONTENT_LENGTH) {
-            let n = parse_length(v.as_bytes()).ok_or("the upstream sent an invalid content-length")?;
-            if length.is_some_and(|l| l != n) {
-                return Err("the upstream sent conflicting content-length values");
-            }
-            length = Some(n);
-        }
-        match length {
-            Some(n) => Decoder::length(n),
-            None => Decoder::UntilClose,
-        }
-    };
-    if matches!(decoder, Decoder::UntilClose) {
-        keep_alive = false;
-    }
-    Ok((decoder, keep_alive))
 }
 
 /// A response body read from an HTTP/1.1 connection; the connection goes back to the pool when it ends
@@ -609,93 +459,11 @@ impl HttpBody for H1Body {
     }
 }
 
-fn body_error(e: BodyError) -> String {
+fn body_error(e: WireError) -> String {
     format!("the upstream's response body: {e}")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_heads_carry_the_gateways_framing() {
-        let req = Request::post("/v2/models/m/infer?x=1")
-            .header("host", "models:8000")
-            .header("content-length", "999")
-            .header("connection", "keep-alive")
-            .body(())
-            .unwrap();
-        let (parts, ()) = req.into_parts();
-        let mut out = Vec::new();
-        encode_request_head(&mut out, &parts, RequestFraming::Length(5));
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "POST /v2/models/m/infer?x=1 HTTP/1.1\r\nhost: models:8000\r\ncontent-length: 5\r\n\r\n"
-        );
-        let mut out = Vec::new();
-        encode_request_head(&mut out, &parts, RequestFraming::Empty);
-        assert!(String::from_utf8(out).unwrap().contains("content-length: 0\r\n"));
-        let (get, ()) = Request::get("/").body(()).unwrap().into_parts();
-        let mut out = Vec::new();
-        encode_request_head(&mut out, &get, RequestFraming::Empty);
-        assert_eq!(String::from_utf8(out).unwrap(), "GET / HTTP/1.1\r\n\r\n");
-    }
-
-    #[test]
-    fn responses_are_parsed_and_framed() {
-        let mut buf = BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: 1\r\n\r\nabcHTTP"[..]);
-        let head = parse_response(&mut buf, &mut Vec::new()).unwrap().unwrap();
-        assert_eq!(head.status, 200);
-        assert_eq!(head.headers["x-a"], "1");
-        assert_eq!(&buf[..], b"abcHTTP");
-        let (decoder, keep_alive) = response_framing(&head, false).unwrap();
-        assert!(matches!(decoder, Decoder::Length { remaining: 3 }));
-        assert!(keep_alive);
-
-        let framing = |text: &[u8], head_request: bool| {
-            let mut buf = BytesMut::from(text);
-            let h = parse_response(&mut buf, &mut Vec::new()).unwrap().unwrap();
-            response_framing(&h, head_request)
-        };
-        let (d, ka) = framing(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", false).unwrap();
-        assert!(matches!(d, Decoder::Chunked(_)) && ka);
-        let (d, ka) = framing(b"HTTP/1.1 200 OK\r\n\r\n", false).unwrap();
-        assert!(
-            matches!(d, Decoder::UntilClose) && !ka,
-            "no length: until close, not reusable"
-        );
-        let (d, ka) = framing(b"HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n", false).unwrap();
-        assert!(
-            matches!(d, Decoder::Length { .. }) && !ka,
-            "HTTP/1.0 without keep-alive"
-        );
-        let (d, _) = framing(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n", true).unwrap();
-        assert!(d.is_done(), "a HEAD response has no body");
-        let (d, _) = framing(b"HTTP/1.1 304 Not Modified\r\ncontent-length: 10\r\n\r\n", false).unwrap();
-        assert!(d.is_done());
-        let (d, ka) = framing(
-            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
-            false,
-        )
-        .unwrap();
-        assert!(d.is_done() && !ka);
-        assert!(
-            framing(
-                b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
-                false
-            )
-            .is_err()
-        );
-        assert!(framing(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n", false).is_err());
-    }
-
-    #[test]
-    fn garbage_and_huge_heads_are_protocol_errors() {
-        let parse = |b: &[u8]| parse_response(&mut BytesMut::from(b), &mut Vec::new()).map(|h| h.is_some());
-        assert!(parse(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
-        assert_eq!(parse(b"HTTP/1.1 200 OK\r\n"), Ok(false));
-        let mut big = b"HTTP/1.1 200 OK\r\nx: ".to_vec();
-        big.resize(MAX_RESPONSE_HEAD + 1, b'a');
-        assert!(parse(&big).is_err());
-    }
+/// What went wrong with an upstream's response head, for the error the caller reads.
+fn response_error(e: &WireError) -> String {
+    format!("the upstream's answer is not a valid HTTP/1.1 response: {e}")
 }
