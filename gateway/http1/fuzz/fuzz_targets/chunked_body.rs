@@ -23,7 +23,11 @@ fn decode(input: &[u8], cuts: &[usize]) -> (Vec<u8>, String, Vec<u8>) {
                 assert!(!d.is_empty(), "an empty piece of body");
                 body.extend_from_slice(&d);
             }
-            Ok(Decoded::End) => return (body, "end".into(), buf.to_vec()),
+            Ok(Decoded::End) => {
+                // What follows the body, fed or not yet fed, is left for the next message.
+                buf.extend_from_slice(&input[fed..]);
+                return (body, "end".into(), buf.to_vec());
+            }
             Err(e) => return (body, format!("error {e}"), Vec::new()),
             Ok(Decoded::NeedMore) => match ends.next() {
                 Some(end) => {
