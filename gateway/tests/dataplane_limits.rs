@@ -84,8 +84,9 @@ async fn oversized_bodies_and_header_floods_are_refused() {
     s.write_all(&head).await.unwrap();
     let answer = read_until_closed(&mut s).await;
     assert!(answer.starts_with("HTTP/1.1 431"), "too many headers: {answer}");
-    // Only the streamed body reached the upstream (and was cut off there); the header flood did not.
-    assert_eq!(up.hits(), 1);
+    // The header flood never reached the upstream. The streamed body may have (and was cut off there), unless
+    // its chunks arrived in one read: then they go to the pipeline as one piece, over the limit at once.
+    assert!(up.hits() <= 1, "{} requests reached the upstream", up.hits());
 }
 
 #[tokio::test]

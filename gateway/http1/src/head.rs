@@ -86,7 +86,8 @@ struct Spans {
 /// Finds where a message head ends, looking at each byte once however the head arrives: a head dribbled one
 /// byte per read costs as much as one read in one piece, where parsing the whole buffer on every read would
 /// cost time quadratic in its length. A head ends with an empty line after a non-empty one (leading empty
-/// lines are skipped, as the parser skips them); `\r` is ignored here, the parser judges it.
+/// lines are skipped, as the parser skips them); a CR not followed by LF also ends the scan, so the parser refuses
+/// the head at once.
 #[derive(Debug, Clone, Default)]
 pub struct HeadScan {
     /// Bytes of the buffer looked at so far.
@@ -103,6 +104,13 @@ impl HeadScan {
     pub fn found_end(&mut self, buf: &[u8]) -> bool {
         let new = buf.get(self.scanned..).unwrap_or_default();
         for (i, &b) in new.iter().enumerate() {
+            // A CR not followed by LF makes the head malformed: it is reported as an end, so the parser
+            // runs now and refuses it rather than waiting for an end that may never come.
+            let after_cr = self.scanned + i > 0 && buf[self.scanned + i - 1] == b'\r';
+            if after_cr && b != b'\n' {
+                self.scanned += i + 1;
+                return true;
+            }
             match b {
                 b'\n' => {
                     if self.content && !self.line_has_content {
@@ -626,7 +634,7 @@ mod tests {
 
     #[test]
     fn the_head_scan_finds_the_empty_line_whatever_the_split() {
-        let head = b"\r\nGET / HTTP/1.1\r\nhost: a\r\nx: \r\r\n\r\nbody";
+        let head = b"\r\nGET / HTTP/1.1\r\nhost: a\r\nx: \r\n\r\nbody";
         let end = head.len() - 4;
         for split in 0..=head.len() {
             let mut scan = HeadScan::default();
@@ -639,6 +647,10 @@ mod tests {
         let mut scan = HeadScan::default();
         assert!(!scan.found_end(b"\r\n\n\r\n"), "leading empty lines are no head");
         assert!(scan.found_end(b"\r\n\n\r\nGET / HTTP/1.1\n\n"));
+        assert!(
+            HeadScan::default().found_end(b"GET / HTTP/1.1\rx"),
+            "a bare CR is reported, so the parser refuses it at once"
+        );
     }
 
     #[test]
