@@ -268,7 +268,14 @@ async fn run(
                 ));
             };
             match rewrite_grpc_version(bytes, version) {
-                Ok(rewritten) => body = ReplayBody::full(rewritten.into_bytes()),
+                Ok(rewritten) => {
+                    // The body's length changed: a stale content-length would make the upstream reset the stream.
+                    let bytes = rewritten.into_bytes();
+                    parts
+                        .headers
+                        .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                    body = ReplayBody::full(bytes);
+                }
                 Err(e) => {
                     return Err(GatewayError::new(
                         ErrorKind::BadRequest,

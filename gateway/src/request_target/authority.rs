@@ -72,8 +72,24 @@ fn check_host_value(value: &HeaderValue) -> Result<(), TargetError> {
         b.is_ascii_alphanumeric()
             || matches!(
                 b,
-                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b','
-                    | b';' | b'=' | b'%' | b':' | b'[' | b']'
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b'%'
+                    | b':'
+                    | b'['
+                    | b']'
             )
     });
     if ok {
@@ -165,9 +181,17 @@ mod tests {
             );
         }
         // The target's scheme decides the default port.
-        let p = parts(Version::HTTP_2, "https://api.example.com/v2", &["api.example.com:443"]);
+        let p = parts(
+            Version::HTTP_2,
+            "https://api.example.com/v2",
+            &["api.example.com:443"],
+        );
         assert_eq!(check(&p, true), Ok(()));
-        let userinfo = parts(Version::HTTP_11, "http://u@api.example.com/v2", &["api.example.com"]);
+        let userinfo = parts(
+            Version::HTTP_11,
+            "http://u@api.example.com/v2",
+            &["api.example.com"],
+        );
         assert!(matches!(check(&userinfo, false), Err(TargetError::UserInfo(_))));
     }
 

@@ -31,10 +31,14 @@ pub enum TargetError {
     #[error("the path contains an encoded NUL (%00); remove it")]
     EncodedNul,
     /// A `%` not followed by two hex digits.
-    #[error("the path contains '{0}', which is not a percent-escape ('%' and two hex digits); write a literal '%' as %25")]
+    #[error(
+        "the path contains '{0}', which is not a percent-escape ('%' and two hex digits); write a literal '%' as %25"
+    )]
     BadEscape(String),
     /// A model-name segment that is not UTF-8 once decoded.
-    #[error("the path segment '{0}' is not UTF-8 once percent-decoded; percent-encode the name's UTF-8 bytes")]
+    #[error(
+        "the path segment '{0}' is not UTF-8 once percent-decoded; percent-encode the name's UTF-8 bytes"
+    )]
     SegmentNotUtf8(String),
     /// An HTTP/1.1 request without `Host`.
     #[error("an HTTP/1.1 request needs a Host header (RFC 9112 §3.2); send one naming the server")]
@@ -43,7 +47,9 @@ pub enum TargetError {
     #[error("the request has more than one Host header (RFC 9112 §3.2); send exactly one")]
     DuplicateHost,
     /// A `Host` that is not `host[:port]`.
-    #[error("Host '{0}' is not a host with an optional port; send the server's name or address, e.g. 'api.example.com:8080'")]
+    #[error(
+        "Host '{0}' is not a host with an optional port; send the server's name or address, e.g. 'api.example.com:8080'"
+    )]
     InvalidHost(String),
     /// `Host` and the target's authority name different servers.
     #[error(
@@ -56,7 +62,9 @@ pub enum TargetError {
         target: String,
     },
     /// `user@host` in the target's authority.
-    #[error("the request target's authority '{0}' carries user information, which HTTP requests must not; send credentials in a header")]
+    #[error(
+        "the request target's authority '{0}' carries user information, which HTTP requests must not; send credentials in a header"
+    )]
     UserInfo(String),
     /// The canonical path could not be put back into the URI.
     #[error("the canonical form of the path '{0}' is not a valid request target")]
@@ -107,9 +115,18 @@ mod tests {
 
     #[test]
     fn the_uri_is_rewritten_with_its_query_and_authority_kept() {
-        assert_eq!(canon("/v2/models/%73imple/infer?a=%2F").unwrap(), "/v2/models/simple/infer?a=%2F");
-        assert_eq!(canon("http://gw/v2/models/x/../simple").unwrap(), "http://gw/v2/models/simple");
-        assert_eq!(canon("/v2/models/simple/infer").unwrap(), "/v2/models/simple/infer");
+        assert_eq!(
+            canon("/v2/models/%73imple/infer?a=%2F").unwrap(),
+            "/v2/models/simple/infer?a=%2F"
+        );
+        assert_eq!(
+            canon("http://gw/v2/models/x/../simple").unwrap(),
+            "http://gw/v2/models/simple"
+        );
+        assert_eq!(
+            canon("/v2/models/simple/infer").unwrap(),
+            "/v2/models/simple/infer"
+        );
         assert_eq!(canon("/v2/models/a%2Fb/infer"), Err(TargetError::EncodedSlash));
     }
 }

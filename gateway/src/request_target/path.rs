@@ -179,7 +179,10 @@ mod tests {
     fn dot_segments_resolve_after_decoding() {
         assert_eq!(canon("/v2/models/x/../simple/infer"), "/v2/models/simple/infer");
         assert_eq!(canon("/v2/models/./simple/./infer"), "/v2/models/simple/infer");
-        assert_eq!(canon("/v2/models/x/%2e%2E/simple/infer"), "/v2/models/simple/infer");
+        assert_eq!(
+            canon("/v2/models/x/%2e%2E/simple/infer"),
+            "/v2/models/simple/infer"
+        );
         assert_eq!(canon("/../../v2"), "/v2");
         assert_eq!(canon("/v2/models/simple/.."), "/v2/models/");
         assert_eq!(canon("/v2/models/simple/."), "/v2/models/simple/");
@@ -199,7 +202,10 @@ mod tests {
             Err(TargetError::BadEscape("%zz".into()))
         );
         assert_eq!(canonical_path("/v2/%4"), Err(TargetError::BadEscape("%4".into())));
-        assert_eq!(canonical_path("/v2/%+4"), Err(TargetError::BadEscape("%+4".into())));
+        assert_eq!(
+            canonical_path("/v2/%+4"),
+            Err(TargetError::BadEscape("%+4".into()))
+        );
     }
 
     #[test]
@@ -208,6 +214,9 @@ mod tests {
         assert_eq!(decode_segment("a%20b").unwrap(), "a b");
         assert_eq!(decode_segment("%2573").unwrap(), "%73");
         assert_eq!(decode_segment("caf%C3%A9").unwrap(), "café");
-        assert!(matches!(decode_segment("%FF"), Err(TargetError::SegmentNotUtf8(_))));
+        assert!(matches!(
+            decode_segment("%FF"),
+            Err(TargetError::SegmentNotUtf8(_))
+        ));
     }
 }

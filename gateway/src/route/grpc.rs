@@ -44,7 +44,9 @@ pub enum GrpcPeek<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     /// `model_name` or `model_version` is not length-delimited (a protobuf parser refuses the message).
-    #[error("protobuf field {field} (model name or version) has wire type {wire_type}; it must be 2 (length-delimited)")]
+    #[error(
+        "protobuf field {field} (model name or version) has wire type {wire_type}; it must be 2 (length-delimited)"
+    )]
     WrongWireType {
         /// The field number.
         field: u32,
