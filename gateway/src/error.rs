@@ -292,6 +292,12 @@ impl From<UpstreamError> for GatewayError {
     }
 }
 
+impl From<crate::request_target::TargetError> for GatewayError {
+    fn from(e: crate::request_target::TargetError) -> Self {
+        GatewayError::new(ErrorKind::BadRequest, e.to_string())
+    }
+}
+
 /// Percent-encodes a `grpc-message` value as the gRPC HTTP/2 protocol requires: bytes outside printable ASCII
 /// (0x20–0x7E) and `%` itself become `%XX`.
 pub fn percent_encode_grpc_message(message: &str) -> String {

@@ -21,6 +21,7 @@ pub mod prefixed_io;
 pub mod proxy;
 pub mod quota;
 pub mod reload;
+pub mod request_target;
 pub mod retry;
 pub mod route;
 pub mod server;

@@ -26,8 +26,9 @@ use crate::listener::ConnInfo;
 use crate::metrics::{self as m, DestinationMetrics};
 use crate::proxy::{Body, BoxError, boxed};
 use crate::quota::QuotaDecision;
+use crate::request_target;
 use crate::retry::{self, ReplayBody, RetryError, SendTry, UpstreamFailure};
-use crate::route::grpc::{GrpcPeek, peek_model};
+use crate::route::grpc::{FRAME_HEADER_LEN, GrpcPeek, frame_header, peek_model};
 use crate::route::{ModelRef, RequestFacts};
 use crate::split::{rewrite_grpc_version, rewrite_rest_path};
 use crate::upstream::{FailureKind, Upstream, UpstreamBody, UpstreamError};
@@ -120,22 +121,28 @@ async fn run(
     }
 
     let (mut parts, body) = req.into_parts();
+    // One reading of the target: the host checked and the path made canonical before anything matches on
+    // them; the canonical URI is also what goes upstream.
+    request_target::canonicalise(&mut parts, conn.tls)?;
     headers::strip_hop_by_hop(&mut parts.headers);
     if let Some(peer) = &conn.forwarded_for {
         headers::append_forwarded_for(&mut parts.headers, peer);
     }
     let body: Body = Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)).boxed_unsync();
 
-    // gRPC routes that match on the model need the model name from the body before matching.
-    let mut body = if grpc && rules.routes.uses_model_match() {
-        buffer(body, PEEK_LIMIT, max_body).await?
+    // gRPC routes that match on the model need the model name from the body before matching: the whole
+    // first message, since its last `model_name` is the one the backend acts on.
+    let peeking = grpc && rules.routes.uses_model_match();
+    let mut body = if peeking {
+        let body = buffer(body, PEEK_LIMIT, max_body).await?;
+        complete_first_message(body, max_body).await?
     } else {
         ReplayBody::Once {
             prefix: Default::default(),
             rest: body,
         }
     };
-    let peeked = if grpc && rules.routes.uses_model_match() {
+    let peeked = if peeking {
         peek_model(body.first_bytes())
     } else {
         GrpcPeek::Missing
@@ -145,11 +152,26 @@ async fn run(
             name,
             version: *version,
         }),
-        _ => None,
+        GrpcPeek::Missing => None,
+        other => return Err(unreadable_grpc(other)),
     };
+    let rest_model;
     let facts = {
         let f = RequestFacts::new(&parts.method, &parts.uri, &parts.headers);
-        if grpc { f.with_model(model) } else { f }
+        if grpc {
+            f.with_model(model)
+        } else if let Some(m) = f.model
+            && m.name.contains('%')
+        {
+            // The backend percent-decodes the name segment once; so do we, to match the name it will serve.
+            rest_model = request_target::rest_model_name(m.name)?;
+            f.with_model(Some(ModelRef {
+                name: &rest_model,
+                version: m.version,
+            }))
+        } else {
+            f
+        }
     };
     let Some(route) = rules.routes.match_request(&facts) else {
         return Err(no_route(rules, &facts, &peeked));
@@ -246,7 +268,14 @@ async fn run(
                 ));
             };
             match rewrite_grpc_version(bytes, version) {
-                Ok(rewritten) => body = ReplayBody::full(rewritten.into_bytes()),
+                Ok(rewritten) => {
+                    // The body's length changed: a stale content-length would make the upstream reset the stream.
+                    let bytes = rewritten.into_bytes();
+                    parts
+                        .headers
+                        .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                    body = ReplayBody::full(bytes);
+                }
                 Err(e) => {
                     return Err(GatewayError::new(
                         ErrorKind::BadRequest,
@@ -411,6 +440,71 @@ async fn buffer(body: Body, limit: usize, max_body: u64) -> Result<ReqBody, Gate
     retry::buffer_body(body, limit)
         .await
         .map_err(|e| body_error(e, max_body))
+}
+
+/// Reads on from a body that [`buffer`] left streaming until its first gRPC message is whole (bounded by the
+/// body limit), so that [`peek_model`] sees every field of it. A body that ends on the way comes back whole.
+async fn complete_first_message(body: ReqBody, max_body: u64) -> Result<ReqBody, GatewayError> {
+    let ReplayBody::Once { prefix, mut rest } = body else {
+        return Ok(body);
+    };
+    let mut first = bytes::BytesMut::new();
+    for chunk in prefix {
+        first.extend_from_slice(&chunk);
+    }
+    let mut trailers = None;
+    let mut ended = false;
+    loop {
+        match frame_header(&first) {
+            Some(Ok((_, len))) if first.len() >= FRAME_HEADER_LEN.saturating_add(len) => break,
+            Some(Err(_)) => break,
+            _ => {}
+        }
+        match rest.frame().await {
+            None => {
+                ended = true;
+                break;
+            }
+            Some(Err(e)) => return Err(body_error(e, max_body)),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => first.extend_from_slice(&data),
+                Err(frame) => {
+                    trailers = frame.into_trailers().ok();
+                    ended = true;
+                    break;
+                }
+            },
+        }
+    }
+    Ok(if ended || http_body::Body::is_end_stream(&rest) {
+        ReplayBody::Full {
+            data: Some(first.freeze()),
+            trailers,
+        }
+    } else {
+        ReplayBody::Once {
+            prefix: std::iter::once(first.freeze()).collect(),
+            rest,
+        }
+    })
+}
+
+/// The refusal for a gRPC request whose model the gateway cannot read the way the backend would.
+fn unreadable_grpc(peeked: &GrpcPeek<'_>) -> GatewayError {
+    match peeked {
+        GrpcPeek::Compressed => GatewayError::new(
+            ErrorKind::Unsupported,
+            "the gateway routes this call on its model_name and does not inflate compressed gRPC messages; send it uncompressed (grpc-encoding identity)",
+        ),
+        GrpcPeek::Malformed(e) => GatewayError::new(
+            ErrorKind::BadRequest,
+            format!("the gRPC request cannot be read to find its model_name: {e}"),
+        ),
+        _ => GatewayError::new(
+            ErrorKind::BadRequest,
+            "the gRPC request body ends inside its first message; send the whole message",
+        ),
+    }
 }
 
 fn body_error(e: BoxError, max_body: u64) -> GatewayError {

@@ -273,17 +273,19 @@ fn grpc_version_rewrite_changes_only_field_2_and_the_length() {
 }
 
 #[test]
-fn grpc_peek_needs_only_the_head_of_the_message() {
+fn grpc_peek_reads_the_whole_first_message() {
     let frame = grpc_frame(&infer_request("resnet", "3", 1 << 20));
-    // The first 64 bytes hold the name and version; the megabyte of tensor data is not needed.
+    // The first 64 bytes hold a name and a version, but a later occurrence would win: nothing is decided
+    // until the whole message is there.
+    assert_eq!(peek_model(&frame[..64]), GrpcPeek::NeedMore);
+    assert_eq!(peek_model(&frame[..8]), GrpcPeek::NeedMore);
     assert_eq!(
-        peek_model(&frame[..64]),
+        peek_model(&frame),
         GrpcPeek::Found {
             name: "resnet",
             version: Some("3")
         }
     );
-    assert_eq!(peek_model(&frame[..8]), GrpcPeek::NeedMore);
     let anonymous = grpc_frame(&ModelInferRequest {
         model_name: String::new(),
         ..infer_request("x", "", 8)

@@ -2,10 +2,13 @@
 //! message of the body, without decoding the tensors.
 //!
 //! A gRPC message is a 5-byte header (compressed flag, big-endian u32 length) then the protobuf
-//! bytes. We walk the top-level protobuf fields, skipping length-delimited ones by their length,
-//! until field 1 (`model_name`) is found. Compressed messages are refused ([`GrpcPeek::Compressed`]):
-//! the caller then routes without a model name (see `docs/gateway-policies.md`).
-
+//! bytes. We walk every top-level protobuf field of the message, skipping length-delimited ones by their
+//! length, and keep the LAST `model_name` (field 1) and `model_version` (field 2), as every protobuf parser
+//! does for a singular field seen twice (the backend's included): routing on an earlier occurrence would
+//! let a request be routed as one model and served as another. So the whole first message is needed
+//! ([`GrpcPeek::NeedMore`] until it is there). Fields 1 and 2 with a wire type other than
+//! length-delimited, groups anywhere, and compressed messages ([`GrpcPeek::Compressed`]) cannot be read the
+//! backend's way here; the pipeline refuses them when routes match on the model (`docs/security.md`).
 use std::ops::Range;
 
 /// The KServe V2 gRPC method whose first message carries `model_name` (field 1) and
@@ -20,18 +23,18 @@ pub const FRAME_HEADER_LEN: usize = 5;
 /// What [`peek_model`] found in the first gRPC message of a request body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrpcPeek<'a> {
-    /// `model_name` (and `model_version` when it was seen next to it).
+    /// `model_name` and `model_version`, each the last occurrence in the message.
     Found {
-        /// Field 1 of `ModelInferRequest`.
+        /// Field 1 of `ModelInferRequest` (its last occurrence).
         name: &'a str,
-        /// Field 2 of `ModelInferRequest`, when present before the payload fields.
+        /// Field 2 of `ModelInferRequest` (its last occurrence), unless absent or empty.
         version: Option<&'a str>,
     },
-    /// The bytes end before field 1 was found: buffer more of the body and peek again.
+    /// The bytes end before the first message does: buffer more of the body and peek again.
     NeedMore,
     /// The message has the compressed flag set; its fields cannot be read without inflating it.
     Compressed,
-    /// The whole message was read and it has no `model_name`.
+    /// The whole message was read and it has no `model_name`, or an empty one last.
     Missing,
     /// The bytes are not a gRPC message carrying protobuf.
     Malformed(WireError),
@@ -40,6 +43,16 @@ pub enum GrpcPeek<'a> {
 /// Why bytes could not be read as a gRPC-framed protobuf message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// `model_name` or `model_version` is not length-delimited (a protobuf parser refuses the message).
+    #[error(
+        "protobuf field {field} (model name or version) has wire type {wire_type}; it must be 2 (length-delimited)"
+    )]
+    WrongWireType {
+        /// The field number.
+        field: u32,
+        /// The wire type it came with.
+        wire_type: u8,
+    },
     /// The compressed flag is neither 0 nor 1.
     #[error("gRPC message header has compressed flag {0} (expected 0 or 1)")]
     BadFlag(u8),
@@ -167,10 +180,10 @@ pub fn next_field(msg: &[u8], msg_len: usize, pos: &mut usize) -> Result<Next, W
     }))
 }
 
-/// Reads `model_name` (and `model_version` when adjacent) from the first gRPC message in `body`,
-/// which may be only a prefix of the request body. Never reads tensor contents: length-delimited
-/// fields are skipped by length, and the walk stops at the first field numbered above 2 once the
-/// name is known (encoders write fields in number order).
+/// Reads `model_name` and `model_version` from the first gRPC message in `body`, which may be only a prefix
+/// of the request body. Never reads tensor contents: length-delimited fields are skipped by length. Every
+/// field of the message is visited and the last occurrence of each wins, so the answer is
+/// [`GrpcPeek::NeedMore`] until the whole first message is in `body`.
 pub fn peek_model(body: &[u8]) -> GrpcPeek<'_> {
     let (compressed, len) = match frame_header(body) {
         None => return GrpcPeek::NeedMore,
@@ -180,7 +193,7 @@ pub fn peek_model(body: &[u8]) -> GrpcPeek<'_> {
     if compressed {
         return GrpcPeek::Compressed;
     }
-    let avail = body.len().min(FRAME_HEADER_LEN + len);
+    let avail = body.len().min(FRAME_HEADER_LEN.saturating_add(len));
     let msg = &body[FRAME_HEADER_LEN..avail];
     let mut pos = 0;
     let mut name: Option<&str> = None;
@@ -189,30 +202,27 @@ pub fn peek_model(body: &[u8]) -> GrpcPeek<'_> {
         match next_field(msg, len, &mut pos) {
             Err(e) => return GrpcPeek::Malformed(e),
             Ok(Next::End) => break,
-            Ok(Next::Incomplete { .. }) => {
-                if name.is_some() {
-                    break;
-                }
-                return GrpcPeek::NeedMore;
-            }
+            Ok(Next::Incomplete { .. }) => return GrpcPeek::NeedMore,
             Ok(Next::Field(f)) => {
-                let as_str = |f: &Field| std::str::from_utf8(&msg[f.value.clone()]);
-                match (f.number, f.wire_type) {
-                    (1, 2) => match as_str(&f) {
-                        Ok(s) => name = Some(s),
-                        Err(_) => return GrpcPeek::Malformed(WireError::NotUtf8),
-                    },
-                    (2, 2) => match as_str(&f) {
-                        Ok(s) => version = Some(s),
-                        Err(_) => return GrpcPeek::Malformed(WireError::NotUtf8),
-                    },
-                    (n, _) if n > 2 && name.is_some() => break,
-                    _ => {}
+                let slot = match f.number {
+                    1 => &mut name,
+                    2 => &mut version,
+                    _ => continue,
+                };
+                if f.wire_type != 2 {
+                    return GrpcPeek::Malformed(WireError::WrongWireType {
+                        field: f.number,
+                        wire_type: f.wire_type,
+                    });
+                }
+                match std::str::from_utf8(&msg[f.value.clone()]) {
+                    Ok(s) => *slot = Some(s),
+                    Err(_) => return GrpcPeek::Malformed(WireError::NotUtf8),
                 }
             }
         }
     }
-    match name {
+    match name.filter(|n| !n.is_empty()) {
         Some(name) => GrpcPeek::Found {
             name,
             version: version.filter(|v| !v.is_empty()),
@@ -242,6 +252,42 @@ mod tests {
                 name: "res",
                 version: None
             }
+        );
+    }
+
+    #[test]
+    fn the_last_occurrence_wins_wherever_it_is() {
+        // model_name "a", then a tensor (field 7), then model_name "b" and two versions: b, version 9.
+        let msg = [
+            &[0x0a, 1, b'a'][..],
+            &[0x12, 1, b'1'][..],
+            &[0x3a, 3, 9, 9, 9][..],
+            &[0x0a, 1, b'b'][..],
+            &[0x12, 1, b'9'][..],
+        ]
+        .concat();
+        let f = frame(&msg);
+        assert_eq!(
+            peek_model(&f),
+            GrpcPeek::Found {
+                name: "b",
+                version: Some("9")
+            }
+        );
+        // Until the whole message is there, nothing is decided.
+        for cut in 0..f.len() {
+            assert_eq!(peek_model(&f[..cut]), GrpcPeek::NeedMore, "cut at {cut}");
+        }
+        // A later empty name leaves the message without one, as a protobuf parser reads it.
+        let emptied = frame(&[&msg[..], &[0x0a, 0][..]].concat());
+        assert_eq!(peek_model(&emptied), GrpcPeek::Missing);
+        // Field 1 as a varint: a parser refuses the message, so do we.
+        assert_eq!(
+            peek_model(&frame(&[0x0a, 1, b'a', 0x08, 1])),
+            GrpcPeek::Malformed(WireError::WrongWireType {
+                field: 1,
+                wire_type: 0
+            })
         );
     }
 

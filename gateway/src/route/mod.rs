@@ -28,6 +28,7 @@ use crate::fault::FaultPolicy;
 use crate::metrics::DestinationMetrics;
 use crate::mirror::MirrorPolicy;
 use crate::quota::RouteQuota;
+use crate::request_target::route_host;
 use crate::retry::{RetryBudget, RetryPolicy};
 use crate::split::Split;
 use crate::timeout::TimeoutPolicy;
@@ -53,7 +54,7 @@ impl RouteKey {
 pub struct RequestFacts<'a> {
     /// Request method.
     pub method: &'a Method,
-    /// Host from the URI authority (h2 `:authority`) or the `Host` header, without the port.
+    /// Host from the URI authority (h2 `:authority`) or the `Host` header, without the port and trailing dot.
     pub host: Option<&'a str>,
     /// The path, without the query string.
     pub path: &'a str,
@@ -64,14 +65,16 @@ pub struct RequestFacts<'a> {
 }
 
 impl<'a> RequestFacts<'a> {
-    /// Facts from the request head. The model is parsed from a REST `/v2/models/{name}` path; for
-    /// gRPC set it with [`RequestFacts::with_model`] after peeking the body.
+    /// Facts from the request head, whose target [`crate::request_target::canonicalise`] has checked and
+    /// rewritten. The host is the URI's authority (HTTP/2 `:authority`, absolute-form) or `Host`, without port
+    /// and trailing dot. The model is parsed from a REST `/v2/models/{name}` path as written (set the decoded
+    /// name with [`RequestFacts::with_model`] when it holds escapes, and for gRPC after peeking the body).
     pub fn new(method: &'a Method, uri: &'a Uri, headers: &'a HeaderMap) -> Self {
-        let host = uri.authority().map(|a| a.host()).or_else(|| {
+        let host = uri.authority().map(|a| route_host(a.as_str())).or_else(|| {
             headers
                 .get(http::header::HOST)
                 .and_then(|h| h.to_str().ok())
-                .map(strip_port)
+                .map(route_host)
         });
         let path = uri.path();
         let model = parse_rest_model_path(path).map(|p| p.model);
@@ -88,17 +91,6 @@ impl<'a> RequestFacts<'a> {
     pub fn with_model(mut self, model: Option<ModelRef<'a>>) -> Self {
         self.model = model;
         self
-    }
-}
-
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        // [v6]:port
-        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
-    }
-    match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
     }
 }
 
@@ -355,7 +347,7 @@ mod tests {
         assert!(HostMatch::parse("api.example.com").matches(f.host.unwrap()));
         assert!(HostMatch::parse("*.EXAMPLE.com").matches(f.host.unwrap()));
         assert!(!HostMatch::parse("*.example.com").matches("example.com"));
-        assert_eq!(strip_port("[::1]:80"), "::1");
+        assert_eq!(route_host("[::1]:80"), "::1");
     }
 
     #[test]
