@@ -29,7 +29,8 @@ use tokio::sync::{Semaphore, watch};
 pub use body::{UpstreamBody, UpstreamBodyError};
 pub use endpoint::{EndpointSnapshot, EndpointSpec};
 pub use error::{FailureKind, UpstreamError};
-pub use h2::{H2Error, Reason as H2Reason};
+pub use ::h2::Reason as H2Reason;
+pub use h2::H2Error;
 pub use outlier::OutlierSettings;
 pub use pool::{ConnectSettings, UpstreamProtocol, UpstreamTls};
 
