@@ -241,9 +241,10 @@ async fn get(gw: &infergate_gateway::server::Gateway) -> (u16, String, Duration)
 
 /// The GOAWAY among `frames`: its error code.
 fn goaway(frames: &[Frame]) -> Option<u32> {
-    frames.iter().find(|f| f.0 == GOAWAY).map(|f| {
-        u32::from_be_bytes([f.3[4], f.3[5], f.3[6], f.3[7]])
-    })
+    frames
+        .iter()
+        .find(|f| f.0 == GOAWAY)
+        .map(|f| u32::from_be_bytes([f.3[4], f.3[5], f.3[6], f.3[7]]))
 }
 
 /// The RST_STREAMs among `frames`: stream and error code.
@@ -333,7 +334,11 @@ async fn header_bombs_reset_the_stream_without_growing_memory() {
         let chunks: Vec<&[u8]> = block.chunks(8 << 10).collect();
         let mut out = Vec::new();
         for (i, c) in chunks.iter().enumerate() {
-            let (kind, mut flags) = if i == 0 { (HEADERS, END_STREAM) } else { (CONTINUATION, 0) };
+            let (kind, mut flags) = if i == 0 {
+                (HEADERS, END_STREAM)
+            } else {
+                (CONTINUATION, 0)
+            };
             if i + 1 == chunks.len() {
                 flags |= END_HEADERS;
             }
@@ -383,7 +388,9 @@ async fn zero_increment_window_updates_draw_one_reset_not_one_each() {
     let (up, mut seen) = h2_upstream(|mut peer| async move {
         peer.request().await;
         let (reader, mut wr) = peer.collect(Duration::from_secs(2));
-        let _ = wr.write_all(&frame(WINDOW_UPDATE, 0, 0, &0u32.to_be_bytes())).await;
+        let _ = wr
+            .write_all(&frame(WINDOW_UPDATE, 0, 0, &0u32.to_be_bytes()))
+            .await;
         let frames = reader.await.unwrap();
         drop(wr);
         frames
@@ -430,7 +437,16 @@ async fn ping_and_settings_floods_stall_only_their_connection() {
         assert_eq!(status, 504, "{body}");
         assert!(took < Duration::from_secs(3), "answered after {took:?}");
         // The flood is stalled, not served: the process is quiet while the attacker still holds on.
-        assert_settled(if kind == PING { "PING flood" } else { "SETTINGS flood" }, &before, 64 << 20).await;
+        assert_settled(
+            if kind == PING {
+                "PING flood"
+            } else {
+                "SETTINGS flood"
+            },
+            &before,
+            64 << 20,
+        )
+        .await;
     }
 }
 
@@ -451,7 +467,11 @@ async fn a_response_that_never_starts_times_out_and_its_stream_is_cancelled() {
     assert_eq!(status, 504, "{body}");
     assert!(took < Duration::from_secs(2), "answered after {took:?}");
     let frames = seen.recv().await.unwrap();
-    assert!(resets(&frames).iter().any(|&(_, code)| code == CANCEL), "{:?}", resets(&frames));
+    assert!(
+        resets(&frames).iter().any(|&(_, code)| code == CANCEL),
+        "{:?}",
+        resets(&frames)
+    );
     assert_settled("a response that never starts", &before, 64 << 20).await;
 }
 
@@ -494,11 +514,16 @@ async fn an_endless_response_is_held_to_the_window_and_freed_when_cut() {
     // cut (no final chunk), in bounded time.
     let start = Instant::now();
     let rest = read_until_closed(&mut client).await;
-    assert!(!rest.ends_with("0\r\n\r\n"), "the cut response must not look whole");
+    assert!(
+        !rest.ends_with("0\r\n\r\n"),
+        "the cut response must not look whole"
+    );
     assert!(start.elapsed() < Duration::from_secs(5));
     let frames = seen.recv().await.unwrap();
     assert!(
-        resets(&frames).iter().any(|&(_, code)| code == FLOW_CONTROL_ERROR || code == CANCEL)
+        resets(&frames)
+            .iter()
+            .any(|&(_, code)| code == FLOW_CONTROL_ERROR || code == CANCEL)
             || goaway(&frames) == Some(FLOW_CONTROL_ERROR),
         "{:?}",
         resets(&frames)

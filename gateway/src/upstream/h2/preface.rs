@@ -150,7 +150,10 @@ mod tests {
     fn a_settings_frame_header_passes_however_it_is_cut() {
         let head = [0, 0, 6, SETTINGS, 0, 0, 0, 0, 0];
         assert_eq!(verdict_of(&[&head]), Preface::Settings);
-        assert_eq!(verdict_of(&[&head[..1], &head[1..5], &head[5..]]), Preface::Settings);
+        assert_eq!(
+            verdict_of(&[&head[..1], &head[1..5], &head[5..]]),
+            Preface::Settings
+        );
         assert_eq!(verdict_of(&[&head[..8]]), Preface::Waiting);
     }
 
