@@ -1,250 +1,250 @@
-//! The gateway's own HTTP/2 client for upstream connections: multiplexed streams over one connection task,
-//! written for the one job of proxying requests to a sidecar hop away.
+//! HTTP/2 to an upstream on the `h2` crate: the handshake, sending a request (head, then the body piped under
+//! flow control), and the response body; the connection task with its keep-alive lives in `conn.rs`.
 //!
-//! Why not the `h2` crate: its client cost ≈ 13,600 instructions per proxied request in the gateway
-//! (callgrind: its stream store and state machines, HPACK encoding with Huffman and a searched table, frame
-//! buffering through its codec), more than the gateway's whole HTTP/1.1 client, and was the largest item
-//! left between the gateway and nginx (docs/benchmarks.md, ## gateway). Here a request encodes its HEADERS
-//! (and a body that is ready and fits the windows) straight into the connection's write buffer under one
-//! lock and waits on its stream's slot; the connection task (`driver.rs`) writes everything queued since its
-//! last turn in one system call, reads, and hands the frames to the shared state (`state.rs`), which wakes the
-//! streams they are for. HPACK (`hpack/`) never Huffman-codes what it sends (bytes are cheap on loopback) and
-//! indexes a header's first value once, so repeated headers cost the upstream one byte each.
+//! The `h2` crate owns frames, HPACK, flow control and the stream state machines: it is fuzzed and kept up
+//! against the protocol's known attacks (CONTINUATION floods, reset floods, header-list bombs, small-frame
+//! floods), which matters because `h2-tls` upstreams may be remote and not trusted. Here sit only the
+//! limits we set on it (below) and the request path's shape: a request's own task opens its stream and
+//! awaits the response itself (no dispatch channel, no task per request); only a request body that cannot be
+//! written at once gets a task of its own.
 //!
-//! What is kept from the `h2`-based client: hop-by-hop headers never go out, `content-length` is set from an
+//! Behaviour kept from the clients before: hop-by-hop headers never go out, `content-length` is set from an
 //! exact body size, an abandoned request or response resets its stream (CANCEL), a failed request body
 //! resets it (INTERNAL_ERROR) so no truncated request passes for a whole one, streams the upstream refused or
-//! left out of its GOAWAY fail as unprocessed (safe to retry), the upstream's stream limit queues requests,
-//! the pool letting go of a connection closes it after its last stream, and a connection whose keep-alive
-//! PING goes unanswered fails its requests as timeouts.
+//! left out of a graceful GOAWAY fail as unprocessed (safe to retry), the upstream's stream limit queues
+//! requests, a peer that is not HTTP/2 fails the handshake naming the fix, the pool letting go of a
+//! connection closes it after its last stream, and a connection whose keep-alive PING goes unanswered fails
+//! its requests as timeouts.
 
-mod driver;
+mod conn;
 mod error;
-mod frame;
-mod hpack;
-mod state;
+mod preface;
 mod stream;
 
 #[cfg(test)]
 mod tests;
 
 use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::future::Either;
+use h2::client::SendRequest;
 use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, HeaderValue, Method, Request, Response};
 use http_body::Body as HttpBody;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
 
-pub use error::{H2Error, Reason};
+pub use error::H2Error;
 pub(crate) use stream::H2Body;
 
 use super::error::{FailureKind, UpstreamError};
+use infergate_http1::head::parse_length;
 use crate::headers::{REQUEST_ID, strip_hop_by_hop};
 use crate::proxy::Body;
-use state::{Shared, State};
-use stream::{BodyWriter, ResponseFuture};
+use conn::{ConnState, OpenStream};
+use preface::{Preface, PrefaceSeen, PrefaceWatch};
 
-/// Our receive windows: 2 MiB per stream and 5 MiB per connection (hyper's client defaults, fixed: the
-/// upstream is a sidecar hop away). Half of a window read is given back in one WINDOW_UPDATE.
+/// Our receive windows: 2 MiB per stream and 5 MiB per connection (hyper's client defaults, fixed, no BDP
+/// probing: the upstream is a sidecar hop away). h2 gives window back as the body is read.
 const STREAM_WINDOW: u32 = 2 << 20;
 const CONNECTION_WINDOW: u32 = 5 << 20;
-/// The largest response header list accepted (SETTINGS_MAX_HEADER_LIST_SIZE).
+/// The largest frame we accept (the protocol's default).
+const MAX_FRAME_SIZE: u32 = 16 << 10;
+/// The largest response header list accepted (SETTINGS_MAX_HEADER_LIST_SIZE): a bigger one resets its
+/// stream, and h2 bounds the CONTINUATION frames that may carry a header block by it.
 const MAX_HEADER_LIST_SIZE: u32 = 16 << 10;
-/// Our HPACK decoding table (the protocol's default; we do not announce another).
-const HEADER_TABLE_SIZE: u32 = 4096;
+/// Request body bytes h2 buffers per stream beyond what the upstream's windows let out.
+const MAX_SEND_BUFFER: usize = 1 << 20;
+/// Streams opened before the upstream's SETTINGS say how many it takes; after them, its
+/// SETTINGS_MAX_CONCURRENT_STREAMS holds and h2 queues streams beyond it.
+const INITIAL_MAX_SEND_STREAMS: usize = 100;
+/// Streams h2 may reset for the upstream's protocol errors (zero-increment WINDOW_UPDATEs, malformed
+/// headers, data beyond a window) before it closes the connection with ENHANCE_YOUR_CALM.
+const MAX_LOCAL_ERROR_RESETS: usize = 32;
 /// With requests in flight and nothing read for this long, the connection sends a PING...
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
 /// ...and closes when its PONG does not come back within this.
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One HTTP/2 connection, as the pool holds it. Dropping it lets the connection close after its last stream.
+/// One HTTP/2 connection, shared by the requests multiplexed on it. Dropping it lets the connection close
+/// after its last stream.
 pub(crate) struct H2Conn {
-    shared: Arc<Shared>,
+    send: SendRequest<Bytes>,
+    state: Arc<ConnState>,
+    _alive: oneshot::Sender<()>,
 }
 
 impl H2Conn {
-    /// Starts a connection on `io`: the connection task sends the preface and our SETTINGS, and the
-    /// connection is ready once the upstream's own preface (its SETTINGS) has arrived. A peer that answers
-    /// with anything else (an HTTP/1.1 server, say) fails here, so the pool reports a failed connect, naming
-    /// the cause.
+    /// Performs the HTTP/2 handshake on `io` and spawns the connection task. The connection is ready once
+    /// the upstream's own preface (its SETTINGS) has arrived; a peer that answers with anything else (an
+    /// HTTP/1.1 server, say) fails here, so the pool reports a failed connect naming the cause.
     pub(crate) async fn handshake<T>(io: T) -> Result<H2Conn, H2Error>
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let shared = Arc::new(Shared::new());
-        tokio::spawn(driver::Driver::new(io, Arc::clone(&shared)));
-        // Dropped on failure: the connection task then closes the connection.
-        let conn = H2Conn { shared };
+        let seen = PrefaceSeen::default();
+        let (send, mut conn) = h2::client::Builder::new()
+            .initial_max_send_streams(INITIAL_MAX_SEND_STREAMS)
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME_SIZE)
+            .max_header_list_size(MAX_HEADER_LIST_SIZE)
+            .max_send_buffer_size(MAX_SEND_BUFFER)
+            .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
+            .enable_push(false)
+            .handshake::<_, Bytes>(PrefaceWatch::new(io, seen.clone()))
+            .await?;
+        // Drive the connection here until the upstream's first frame header has been read.
         poll_fn(|cx| {
-            let mut st = conn.shared.lock();
-            if let Some(e) = &st.failed {
-                return Poll::Ready(Err(e.clone()));
+            let polled = Pin::new(&mut conn).poll(cx);
+            match (seen.get(), polled) {
+                (Preface::Other, _) => Poll::Ready(Err(H2Error::NotHttp2)),
+                (Preface::Settings, Poll::Ready(Err(e))) => Poll::Ready(Err(e.into())),
+                (Preface::Settings, Poll::Ready(Ok(()))) => Poll::Ready(Err(H2Error::ClosedInHandshake)),
+                (Preface::Settings, Poll::Pending) => Poll::Ready(Ok(())),
+                (Preface::Waiting, Poll::Ready(Err(e))) if e.is_io() => Poll::Ready(Err(e.into())),
+                (Preface::Waiting, Poll::Ready(_)) => Poll::Ready(Err(H2Error::ClosedInHandshake)),
+                (Preface::Waiting, Poll::Pending) => Poll::Pending,
             }
-            if st.preface_received() {
-                return Poll::Ready(Ok(()));
-            }
-            st.preface_waiter = Some(cx.waker().clone());
-            Poll::Pending
         })
         .await?;
-        Ok(conn)
+        let state = Arc::new(ConnState::new());
+        let (alive, dropped) = oneshot::channel();
+        let ping = conn.ping_pong();
+        tokio::spawn(conn::drive(conn, ping, Arc::clone(&state), dropped));
+        Ok(H2Conn {
+            send,
+            state,
+            _alive: alive,
+        })
     }
 
-    /// False once the connection has ended or takes no new streams (GOAWAY received, failed).
+    /// False once the connection has ended or cannot open streams (GOAWAY received, fatal error).
     pub(crate) fn is_usable(&self) -> bool {
-        !self.shared.is_closed()
+        !self.state.is_closed()
     }
 
-    /// Sends `req` on a new stream. When the connection takes a stream at once (the common case) the head,
-    /// and a body that is ready and fits the windows, are queued before the future is made, and the future
-    /// holds only the stream (see `Pool::send`).
+    /// Sends `req` on a new stream. When the connection takes a stream at once (the common case) the head is
+    /// handed to h2 before the future is made, and the future holds only the stream (see `Pool::send`).
     pub(crate) fn send(
         &self,
         req: Request<Body>,
     ) -> impl Future<Output = Result<Response<H2Body>, SendFailure>> + Send + use<> {
-        let shared = Arc::clone(&self.shared);
-        match open(&shared, req, None) {
-            Ok(id) => Either::Left(ResponseFuture::new(shared, id)),
-            Err(Opening::Refused(req, e)) => {
-                Either::Right(Either::Left(std::future::ready(Err(SendFailure::Unsent(req, e)))))
-            }
-            // Boxed: rare (the upstream's stream limit is reached).
-            Err(Opening::NoSlot(req)) => Either::Right(Either::Right(Box::pin(wait_and_open(shared, req)))),
-        }
-    }
-}
-
-impl Drop for H2Conn {
-    fn drop(&mut self) {
-        let mut st = self.shared.lock();
-        st.pool_gone = true;
-        st.wake_driver();
-    }
-}
-
-/// Why a stream could not open now.
-enum Opening {
-    /// The connection takes no new streams; the request comes back unsent.
-    Refused(Box<Request<Body>>, H2Error),
-    /// The upstream's stream limit is reached; `waker` (if given) is woken when a stream ends.
-    NoSlot(Box<Request<Body>>),
-}
-
-/// Opens a stream for `req`: HEADERS queued, and the body queued too when it is ready and fits the windows;
-/// a body that is not gets a task that writes it under flow control.
-fn open(shared: &Arc<Shared>, req: Request<Body>, waker: Option<&Waker>) -> Result<u32, Opening> {
-    let (mut parts, mut body) = req.into_parts();
-    let mut st = shared.lock();
-    if let Some(e) = st.refuses_streams() {
-        drop(st);
-        shared.mark_closed();
-        return Err(Opening::Refused(Box::new(Request::from_parts(parts, body)), e));
-    }
-    if !st.has_stream_slot(waker) {
-        return Err(Opening::NoSlot(Box::new(Request::from_parts(parts, body))));
-    }
-    prepare_headers(&mut parts.headers, &parts.method, &body);
-    if !st.sent_any {
-        index_request_id_name(&mut parts.headers);
-    }
-    let end_stream = body.is_end_stream();
-    let id = open_stream(&mut st, &parts, end_stream);
-    drop(st);
-    drop(parts);
-    if end_stream {
-        return Ok(id);
-    }
-    // Most bodies are whole already (buffered for replay, or small): one look, with no waker to register, and
-    // they go out with the head. Otherwise, or when the windows are short, a task writes the rest.
-    let mut cx = Context::from_waker(Waker::noop());
-    let pending = match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
-        Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-            Ok(data) => data,
-            Err(frame) => {
-                // Trailers without data: they end the request.
-                if let Ok(trailers) = frame.into_trailers() {
-                    shared.lock().send_trailers(id, &trailers);
-                    return Ok(id);
-                }
-                bytes::Bytes::new()
-            }
-        },
-        Poll::Ready(None) => {
-            shared.lock().send_data(id, &[], true);
-            return Ok(id);
-        }
-        Poll::Ready(Some(Err(_))) => {
-            shared.lock().reset(id, Reason::INTERNAL_ERROR);
-            return Ok(id);
-        }
-        Poll::Pending => bytes::Bytes::new(),
-    };
-    if body.is_end_stream() {
-        let mut st = shared.lock();
-        let fits = st
-            .streams
-            .get(&id)
-            .is_some_and(|s| st.send_capacity(s) >= pending.len());
-        if fits {
-            st.send_data(id, &pending, true);
-            return Ok(id);
-        }
-    }
-    tokio::spawn(BodyWriter::new(Arc::clone(shared), id, body, pending));
-    Ok(id)
-}
-
-/// Queues the HEADERS of a new stream for `parts`; the URI is absolute (see `bridge::to_upstream`).
-fn open_stream(st: &mut State, parts: &http::request::Parts, end_stream: bool) -> u32 {
-    let uri = &parts.uri;
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    st.open_stream(
-        &parts.method,
-        uri.scheme_str().unwrap_or("http"),
-        uri.authority().map(|a| a.as_str()),
-        path,
-        &parts.headers,
-        end_stream,
-    )
-}
-
-/// Waits for the upstream's stream limit to let another stream open, then opens it.
-async fn wait_and_open(
-    shared: Arc<Shared>,
-    req: Box<Request<Body>>,
-) -> Result<Response<H2Body>, SendFailure> {
-    let mut req = Some(req);
-    let id = poll_fn(|cx| {
-        let Some(r) = req.take() else {
-            return Poll::Ready(Err(SendFailure::Failed(FailureKind::Reset, H2Error::closed())));
+        let mut tx = self.send.clone();
+        let conn = Streams {
+            state: Arc::clone(&self.state),
         };
-        match open(&shared, *r, Some(cx.waker())) {
-            Ok(id) => Poll::Ready(Ok(id)),
-            Err(Opening::Refused(r, e)) => Poll::Ready(Err(SendFailure::Unsent(r, e))),
-            Err(Opening::NoSlot(r)) => {
-                req = Some(r);
-                Poll::Pending
-            }
+        // A first look with a no-op waker: `Pending` only means the wait below polls again with a real one.
+        // (A fresh handle is ready unless the connection failed: h2 queues streams over the upstream's
+        // concurrent-stream limit itself. The wait keeps to its API all the same.)
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match tx.poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => Either::Left(conn.open(tx, req)),
+            Poll::Ready(Err(e)) => Either::Right(Either::Left(std::future::ready(Err(conn.unsent(req, e))))),
+            // Boxed: rare (above).
+            Poll::Pending => Either::Right(Either::Right(Box::pin(async move {
+                if let Err(e) = poll_fn(|cx| tx.poll_ready(cx)).await {
+                    return Err(conn.unsent(req, e));
+                }
+                conn.open(tx, req).await
+            }))),
         }
-    })
-    .await?;
-    ResponseFuture::new(shared, id).await
+    }
 }
 
-/// The failure kind of a stream's error: refused or left out of a GOAWAY is unprocessed (safe to retry),
-/// an unanswered keep-alive PING is a timeout, anything else a reset.
-fn classify(e: &H2Error) -> FailureKind {
-    if e.is_keep_alive_timeout() {
-        FailureKind::Timeout
-    } else if e.is_unprocessed() {
-        FailureKind::RefusedStream
-    } else {
-        FailureKind::Reset
+/// What a request needs of its connection to open a stream and follow it: the shared state, not the
+/// connection (its future must not borrow the pool).
+struct Streams {
+    state: Arc<ConnState>,
+}
+
+impl Streams {
+    /// The connection could not take `req`: it is done for new streams, and later requests should not try it.
+    fn unsent(&self, req: Request<Body>, e: h2::Error) -> SendFailure {
+        self.state.mark_closed();
+        SendFailure::Unsent(Box::new(req), e.into())
     }
+
+    /// Opens the stream for `req` on `tx` (ready) and sends the head now; the future pipes the body and
+    /// awaits the response.
+    fn open(
+        self,
+        mut tx: SendRequest<Bytes>,
+        req: Request<Body>,
+    ) -> impl Future<Output = Result<Response<H2Body>, SendFailure>> + Send + 'static {
+        let state = self.state;
+        let (parts, body) = req.into_parts();
+        let mut head = Request::from_parts(parts, ());
+        prepare_head(&mut head, &body);
+        if !state.sent_any.swap(true, Ordering::Relaxed) {
+            index_request_id_name(head.headers_mut());
+        }
+        let eos = body.is_end_stream();
+        let (response, stream) = match tx.send_request(head, eos) {
+            Ok(pair) => pair,
+            Err(e) => {
+                if e.is_go_away() || e.is_io() {
+                    state.mark_closed();
+                }
+                let kind = classify(&state, &e);
+                return Either::Left(std::future::ready(Err(SendFailure::Failed(kind, e.into()))));
+            }
+        };
+        // Only the streams keep the connection busy from here on: a held `SendRequest` would stop it from
+        // shutting down once the pool lets go of it.
+        drop(tx);
+        let open = OpenStream::new(&state);
+        Either::Right(async move {
+            let cancel = if eos {
+                drop((body, stream));
+                None
+            } else {
+                stream::pipe(body, stream).await
+            };
+            match response.await {
+                Ok(resp) => {
+                    open.touch();
+                    if let Some(c) = cancel {
+                        c.disarm();
+                    }
+                    let length = resp
+                        .headers()
+                        .get(CONTENT_LENGTH)
+                        .and_then(|v| parse_length(v.as_bytes()));
+                    Ok(resp.map(|recv| H2Body::new(recv, length, open)))
+                }
+                Err(e) => {
+                    if e.is_go_away() || e.is_io() {
+                        state.mark_closed();
+                    }
+                    Err(SendFailure::Failed(classify(&state, &e), e.into()))
+                }
+            }
+        })
+    }
+}
+
+/// The failure kind of an error of a stream on the connection with `state`: refused, or left out of a
+/// graceful GOAWAY, is unprocessed (safe to retry); a connection whose keep-alive PING went unanswered timed
+/// out; anything else is a reset.
+fn classify(state: &ConnState, e: &h2::Error) -> FailureKind {
+    if state.timed_out() {
+        return FailureKind::Timeout;
+    }
+    if e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        return FailureKind::RefusedStream;
+    }
+    if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) {
+        // A graceful GOAWAY fails only the streams above its last stream id: never processed.
+        return FailureKind::RefusedStream;
+    }
+    FailureKind::Reset
 }
 
 /// Why [`H2Conn::send`] produced no response.
@@ -275,24 +275,26 @@ impl SendFailure {
 
 /// hyper's request rules for HTTP/2: connection-specific headers never go out, and a body of known exact
 /// size declares it (unless it is empty on a method without payload semantics).
-fn prepare_headers(headers: &mut HeaderMap, method: &Method, body: &Body) {
-    strip_hop_by_hop(headers);
+fn prepare_head(head: &mut Request<()>, body: &Body) {
+    strip_hop_by_hop(head.headers_mut());
     if let Some(len) = body.size_hint().exact()
         && (len != 0
             || !matches!(
-                *method,
+                *head.method(),
                 Method::GET | Method::HEAD | Method::DELETE | Method::CONNECT
             ))
-        && !headers.contains_key(CONTENT_LENGTH)
+        && !head.headers().contains_key(CONTENT_LENGTH)
     {
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+        head.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));
     }
 }
 
 /// Lets the `x-request-id` of a connection's first request enter its HPACK table, so that the name is there
 /// to be referred to. Request ids are otherwise sent never-indexed (a value unique to one request would only
-/// crowd the table), as a literal that takes its name from the table: without the seed every request spells
-/// the name out and the upstream decodes and allocates it again.
+/// evict useful entries), and h2 then writes a never-indexed literal that reuses the name in the table:
+/// without it every request spells the name out and the upstream decodes and allocates it again. Once only:
+/// h2 compares a never-indexed value with every entry of that name, so more seeds would cost each request
+/// more. Should other headers push the entry out, the name is spelled out again, as before.
 fn index_request_id_name(headers: &mut HeaderMap) {
     if let Some(v) = headers.get_mut(&REQUEST_ID) {
         v.set_sensitive(false);
