@@ -153,7 +153,10 @@ def pod(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("k8s-pod")
     _, objects = k8s_objects()
     containers = {c["name"]: c for c in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]}
-    manifest_ports = sorted({p["containerPort"] for c in containers.values() for p in c["ports"]})
+    # Declared ports, and the ports the processes listen on inside the pod only (the backend's loopback ones).
+    manifest_ports = sorted({p["containerPort"] for c in containers.values() for p in c["ports"]}
+                            | {int(m) for c in containers.values() for a in c.get("args", [])
+                               for m in re.findall(r"^--[a-z]+-port=(\d+)$", a)})
     ports = dict(zip(manifest_ports, free_ports(len(manifest_ports))))
     # The ConfigMap's folder, with the rules' upstream ports moved like the backend's.
     config_dir = tmp / "etc-infergate"
@@ -168,7 +171,7 @@ def pod(tmp_path_factory):
     blog, glog = tmp / "backend.log", tmp / "gateway.log"
     procs = [start(place.command(backend), place.env(backend), blog)]
     try:
-        wait_ready(f"http://127.0.0.1:{ports[port_number(backend, 'backend-http')]}/v2/health/ready", procs[0], blog)
+        wait_ready(f"http://127.0.0.1:{ports[port_number(backend, 'metrics')]}/v2/health/ready", procs[0], blog)
         procs.append(start(place.command(gateway), place.env(gateway), glog))
         wait_ready(f"http://127.0.0.1:{ports[port_number(gateway, 'admin')]}/ready", procs[1], glog, timeout=20)
         yield {"containers": containers, "ports": ports, "rules": config_dir / "routes.yaml",
@@ -196,6 +199,17 @@ def infer(data_addr, caller):
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
+
+
+def test_the_backend_serves_inference_on_loopback_only(pod):
+    backend = pod["containers"]["backend"]
+    args = backend["args"]
+    assert "--http-address=127.0.0.1" in args and "--grpc-address=127.0.0.1" in args
+    assert {p["name"] for p in backend["ports"]} == {"metrics"}, "only metrics and probes leave the pod"
+    _, objects = k8s_objects()
+    for svc in (o for o in objects if o["kind"] == "Service"):
+        assert all(p["targetPort"] != "admin" for p in svc["spec"]["ports"]), \
+            f"Service {svc['metadata']['name']} exposes the gateway's admin API"
 
 
 def test_the_shipped_rules_serve_and_throttle_a_noisy_caller(pod):
