@@ -66,7 +66,6 @@ pub const CANARY_WEIGHT: &str = "infergate_gateway_canary_weight";
 /// (compare with the actual share of `requests_total`, and with [`CANARY_WEIGHT`]).
 pub const CONFIGURED_WEIGHT: &str = "infergate_gateway_configured_weight";
 
-
 /// Latency buckets in seconds: 100 µs to 30 s.
 const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -90,7 +89,7 @@ pub fn install() -> Result<PrometheusHandle, String> {
             describe();
             // The reload counters exist at zero from start, so the first rejected edit is an increase.
             for result in ["applied", "rejected"] {
-                metrics::counter!(CONFIG_RELOADS, "result" => result);
+                metrics::counter!(CONFIG_RELOADS, "result" => result).increment(0);
             }
             Ok(handle)
         })
@@ -250,7 +249,10 @@ impl DestinationMetrics {
         let counter = match (status, grpc_status) {
             (200, None) => self.ok_counter(),
             (200, Some(code)) if (code as usize) < GRPC_CODES => self.grpc[code as usize].get_or_init(|| {
-                metrics::counter!(REQUESTS, self.labels(upstream_outcome(200, Some(code)), 200, Some(code)))
+                metrics::counter!(
+                    REQUESTS,
+                    self.labels(upstream_outcome(200, Some(code)), 200, Some(code))
+                )
             }),
             _ => {
                 let outcome = upstream_outcome(status, grpc_status);
@@ -334,8 +336,9 @@ fn status_code_label(status: u16) -> SharedString {
 }
 
 fn grpc_status_label(code: u32) -> SharedString {
-    const NAMES: [&str; GRPC_CODES] =
-        ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16"];
+    const NAMES: [&str; GRPC_CODES] = [
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    ];
     match NAMES.get(code as usize) {
         Some(n) => SharedString::const_str(n),
         None => SharedString::from(code.to_string()),
@@ -347,9 +350,9 @@ fn grpc_status_label(code: u32) -> SharedString {
 /// configured weight of each destination.
 pub fn register_route(route: &Arc<str>, destinations: &[(Arc<str>, u32)]) {
     let r = || SharedString::from(Arc::clone(route));
-    metrics::counter!(QUOTA_REJECTIONS, "route" => r());
-    metrics::counter!(RETRY_BUDGET_EXHAUSTED, "route" => r());
-    metrics::counter!(CANARY_ROLLBACKS, "route" => r());
+    metrics::counter!(QUOTA_REJECTIONS, "route" => r()).increment(0);
+    metrics::counter!(RETRY_BUDGET_EXHAUSTED, "route" => r()).increment(0);
+    metrics::counter!(CANARY_ROLLBACKS, "route" => r()).increment(0);
     for (d, weight) in destinations {
         metrics::gauge!(CONFIGURED_WEIGHT, "route" => r(), "destination" => Arc::clone(d))
             .set(f64::from(*weight));
@@ -359,8 +362,8 @@ pub fn register_route(route: &Arc<str>, destinations: &[(Arc<str>, u32)]) {
 /// Registers, at zero, the per-upstream series: refusals at the limits and outlier ejections.
 pub fn register_upstream(upstream: &Arc<str>) {
     let u = || SharedString::from(Arc::clone(upstream));
-    metrics::counter!(UPSTREAM_OVERLOADED, "upstream" => u());
-    metrics::counter!(UPSTREAM_EJECTIONS, "upstream" => u());
+    metrics::counter!(UPSTREAM_OVERLOADED, "upstream" => u()).increment(0);
+    metrics::counter!(UPSTREAM_EJECTIONS, "upstream" => u()).increment(0);
 }
 
 /// `upstream_tries_total{upstream, outcome=<status class>}` handles of one upstream, registered on first
@@ -474,10 +477,17 @@ mod tests {
             t.response(200);
             t.response(201);
             t.failure("reset");
-            register_route(&Arc::from("fresh"), &[(Arc::from("stable"), 90), (Arc::from("canary"), 10)]);
+            register_route(
+                &Arc::from("fresh"),
+                &[(Arc::from("stable"), 90), (Arc::from("canary"), 10)],
+            );
         });
         let text = handle.render();
-        let series = |labels: &str| format!(r#"infergate_gateway_requests_total{{route="r",destination="canary",upstream="up-b",{labels}}}"#);
+        let series = |labels: &str| {
+            format!(
+                r#"infergate_gateway_requests_total{{route="r",destination="canary",upstream="up-b",{labels}}}"#
+            )
+        };
         for line in [
             series(r#"outcome="success",status_class="2xx",response_code="200"} 2"#),
             series(r#"outcome="client_error",status_class="4xx",response_code="404"} 1"#),

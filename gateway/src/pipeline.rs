@@ -94,7 +94,11 @@ impl Labels {
                 .record(elapsed.as_secs_f64()),
             }
         }
-        let header_grpc = if grpc { retry::grpc_status(resp.headers()) } else { None };
+        let header_grpc = if grpc {
+            retry::grpc_status(resp.headers())
+        } else {
+            None
+        };
         if !grpc || header_grpc.is_some() || self.error.is_some() {
             self.count(status, header_grpc);
             return resp;
@@ -105,7 +109,11 @@ impl Labels {
             BodyEnd::Trailers(grpc_status) => self.count(status, grpc_status),
             BodyEnd::Failed | BodyEnd::Dropped => {
                 // No status reached the caller: the stream broke (or the caller left) mid-answer.
-                let outcome = if matches!(end, BodyEnd::Failed) { "upstream_reset" } else { "cancelled" };
+                let outcome = if matches!(end, BodyEnd::Failed) {
+                    "upstream_reset"
+                } else {
+                    "cancelled"
+                };
                 self.count_as(outcome, status, None);
             }
         });
@@ -124,7 +132,12 @@ impl Labels {
             Some(d) => d.record_outcome(outcome, status, grpc_status),
             None => {
                 let none = metrics::SharedString::const_str("none");
-                let labels = m::request_labels([self.route_label(), none.clone(), none], outcome, status, grpc_status);
+                let labels = m::request_labels(
+                    [self.route_label(), none.clone(), none],
+                    outcome,
+                    status,
+                    grpc_status,
+                );
                 metrics::counter!(m::REQUESTS, labels).increment(1);
             }
         }

@@ -71,7 +71,10 @@ fn cpu_times(text: &str) -> Option<CpuTimes> {
         .collect::<Option<_>>()?;
     let total: u64 = f.iter().sum();
     let idle = f.get(3)? + f.get(4).copied().unwrap_or(0);
-    Some(CpuTimes { busy: total - idle, total })
+    Some(CpuTimes {
+        busy: total - idle,
+        total,
+    })
 }
 
 fn utilization(before: CpuTimes, now: CpuTimes) -> f64 {
@@ -89,7 +92,13 @@ mod tests {
     #[test]
     fn utilization_is_busy_time_over_all_time_between_samples() {
         let a = cpu_times("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3 4").unwrap();
-        assert_eq!(a, CpuTimes { busy: 200, total: 1000 });
+        assert_eq!(
+            a,
+            CpuTimes {
+                busy: 200,
+                total: 1000
+            }
+        );
         let b = cpu_times("cpu  400 0 100 1000 100 0 0 0 0 0\n").unwrap();
         assert_eq!(utilization(a, b), 0.5);
         assert_eq!(utilization(b, b), 0.0);
@@ -106,7 +115,10 @@ mod tests {
         };
         let total = value("nv_cpu_memory_total_bytes");
         let used = value("nv_cpu_memory_used_bytes");
-        assert!(total > 64e6 && used > 0.0 && used < total, "total {total}, used {used}");
+        assert!(
+            total > 64e6 && used > 0.0 && used < total,
+            "total {total}, used {used}"
+        );
         assert!((0.0..=1.0).contains(&value("nv_cpu_utilization")));
     }
 }

@@ -37,7 +37,7 @@ pub fn init_logging(filter: EnvFilter, format: LogFormat) {
 /// lists one problem per line) stays one log line. The formatter hands each event over in one
 /// `write_all` of a whole line, so the line's own final newline is the only one kept.
 #[derive(Debug, Clone, Copy)]
-pub struct OneLine;
+pub(crate) struct OneLine;
 
 impl<'a> MakeWriter<'a> for OneLine {
     type Writer = OneLineWriter;
@@ -49,7 +49,7 @@ impl<'a> MakeWriter<'a> for OneLine {
 
 /// The writer of one event (see [`OneLine`]).
 #[derive(Debug)]
-pub struct OneLineWriter(std::io::Stderr);
+pub(crate) struct OneLineWriter(std::io::Stderr);
 
 impl Write for OneLineWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -89,7 +89,10 @@ mod tests {
     #[test]
     fn inner_newlines_are_escaped_and_the_last_is_kept() {
         assert_eq!(&*one_line(b"a=1 msg\n"), b"a=1 msg\n");
-        assert_eq!(&*one_line(b"error=f.yaml:1:2: x\nf.yaml:3:4: y\n"), b"error=f.yaml:1:2: x\\nf.yaml:3:4: y\n");
+        assert_eq!(
+            &*one_line(b"error=f.yaml:1:2: x\nf.yaml:3:4: y\n"),
+            b"error=f.yaml:1:2: x\\nf.yaml:3:4: y\n"
+        );
         assert_eq!(&*one_line(b"no end\nhere"), b"no end\\nhere");
     }
 }

@@ -11,19 +11,50 @@ const USER_HZ: f64 = 100.0;
 /// `process_open_fds`, `process_max_fds`, `process_threads` and `process_start_time_seconds`.
 pub fn render_process_metrics(out: &mut String) {
     if let Some(stat) = read("/proc/self/stat").as_deref().and_then(SelfStat::parse) {
-        family(out, "process_cpu_seconds_total", "counter", "User and system CPU time spent, seconds.");
-        let _ = writeln!(out, "process_cpu_seconds_total {}", (stat.utime + stat.stime) as f64 / USER_HZ);
+        family(
+            out,
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent, seconds.",
+        );
+        let _ = writeln!(
+            out,
+            "process_cpu_seconds_total {}",
+            (stat.utime + stat.stime) as f64 / USER_HZ
+        );
         family(out, "process_threads", "gauge", "Threads in the process.");
         let _ = writeln!(out, "process_threads {}", stat.threads);
-        family(out, "process_virtual_memory_bytes", "gauge", "Virtual memory size, bytes.");
+        family(
+            out,
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size, bytes.",
+        );
         let _ = writeln!(out, "process_virtual_memory_bytes {}", stat.vsize);
         if let Some(boot) = read("/proc/stat").as_deref().and_then(boot_time) {
-            family(out, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, seconds.");
-            let _ = writeln!(out, "process_start_time_seconds {}", boot + stat.starttime as f64 / USER_HZ);
+            family(
+                out,
+                "process_start_time_seconds",
+                "gauge",
+                "Start time of the process since the Unix epoch, seconds.",
+            );
+            let _ = writeln!(
+                out,
+                "process_start_time_seconds {}",
+                boot + stat.starttime as f64 / USER_HZ
+            );
         }
     }
-    if let Some(rss) = read("/proc/self/status").as_deref().and_then(|s| kib_field(s, "VmRSS:")) {
-        family(out, "process_resident_memory_bytes", "gauge", "Resident memory size, bytes.");
+    if let Some(rss) = read("/proc/self/status")
+        .as_deref()
+        .and_then(|s| kib_field(s, "VmRSS:"))
+    {
+        family(
+            out,
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size, bytes.",
+        );
         let _ = writeln!(out, "process_resident_memory_bytes {}", rss * 1024);
     }
     if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
@@ -31,7 +62,12 @@ pub fn render_process_metrics(out: &mut String) {
         let _ = writeln!(out, "process_open_fds {}", dir.count());
     }
     if let Some(max) = read("/proc/self/limits").as_deref().and_then(max_open_files) {
-        family(out, "process_max_fds", "gauge", "Most file descriptors the process may open.");
+        family(
+            out,
+            "process_max_fds",
+            "gauge",
+            "Most file descriptors the process may open.",
+        );
         let _ = writeln!(out, "process_max_fds {max}");
     }
 }
@@ -88,7 +124,11 @@ pub(crate) fn kib_field(text: &str, name: &str) -> Option<u64> {
 /// The soft limit of `Max open files` in `/proc/self/limits`.
 fn max_open_files(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    line["Max open files".len()..].split_whitespace().next()?.parse().ok()
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -101,7 +141,13 @@ mod tests {
                     5000 123456789 2000 18446744073709551615";
         assert_eq!(
             SelfStat::parse(line),
-            Some(SelfStat { utime: 250, stime: 130, threads: 7, starttime: 5000, vsize: 123456789 })
+            Some(SelfStat {
+                utime: 250,
+                stime: 130,
+                threads: 7,
+                starttime: 5000,
+                vsize: 123456789
+            })
         );
         assert_eq!(SelfStat::parse("garbage"), None);
     }
@@ -127,6 +173,9 @@ mod tests {
             .unwrap()
             .as_secs_f64();
         let start = value("process_start_time_seconds");
-        assert!(start <= now + 1.0 && start > now - 3600.0, "start {start}, now {now}");
+        assert!(
+            start <= now + 1.0 && start > now - 3600.0,
+            "start {start}, now {now}"
+        );
     }
 }

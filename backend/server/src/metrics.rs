@@ -260,7 +260,12 @@ pub fn render_readiness(out: &mut String, server_ready: bool, models: &[(String,
         "1 when a model that should serve has a serving version, 0 while it loads or after it failed",
     );
     for (name, ready) in models {
-        let _ = writeln!(out, "infergate_model_ready{{model=\"{}\"}} {}", esc(name), u8::from(*ready));
+        let _ = writeln!(
+            out,
+            "infergate_model_ready{{model=\"{}\"}} {}",
+            esc(name),
+            u8::from(*ready)
+        );
     }
 }
 
