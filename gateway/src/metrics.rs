@@ -485,7 +485,7 @@ mod tests {
         let text = handle.render();
         let series = |labels: &str| {
             format!(
-                r#"infergate_gateway_requests_total{{route="r",destination="canary",upstream="up-b",{labels}}}"#
+                r#"infergate_gateway_requests_total{{route="r",destination="canary",upstream="up-b",{labels}"#
             )
         };
         for line in [
