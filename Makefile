@@ -8,8 +8,9 @@ CARGO ?= cargo
 CACHE ?= $(HOME)/.cache/infergate
 VENV ?= $(CACHE)/venv
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
-# Debian packages: Mesa's software Vulkan driver (lavapipe) so wgpu has an adapter on GPU-less machines.
-SYSTEM_PACKAGES := mesa-vulkan-drivers
+# Debian packages: Mesa's software Vulkan driver (lavapipe) so wgpu has an adapter on GPU-less machines;
+# prometheus (and its promtool) to test the alert rules and to evaluate the dashboard against live processes.
+SYSTEM_PACKAGES := mesa-vulkan-drivers prometheus
 # Tests and benchmarks find the Python reference (onnx, onnxruntime, tritonclient, kserve) through these.
 export INFERGATE_PYTHON := $(VENV)/bin/python
 export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug

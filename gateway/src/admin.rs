@@ -48,7 +48,10 @@ impl Admin {
                 }
             }
             "/metrics" => {
-                let mut r = Response::new(full(self.metrics.render()));
+                let mut text = self.metrics.render();
+                infergate_telemetry::render_build_info(&mut text, "gateway", env!("CARGO_PKG_VERSION"));
+                infergate_telemetry::render_process_metrics(&mut text);
+                let mut r = Response::new(full(text));
                 r.headers_mut().insert(
                     CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

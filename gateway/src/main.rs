@@ -35,8 +35,25 @@ struct Cli {
     /// `listeners.worker_threads`; default one per CPU core.
     #[arg(long, env = "INFERGATE_GATEWAY_WORKERS", value_parser = clap::value_parser!(u16).range(1..))]
     workers: Option<u16>,
+    /// On SIGTERM, how long `/ready` answers 503 while the listeners still accept and serve (e.g. `5s`), before
+    /// the drain of `listeners.drain_timeout` starts: the time the cluster takes to stop sending new requests
+    /// to a pod that is leaving. 0 (default) drains at once.
+    #[arg(long, env = "INFERGATE_GATEWAY_DRAIN_DELAY", value_parser = infergate_config::units::parse_duration, default_value = "0s")]
+    drain_delay: std::time::Duration,
+    /// Log lines as `json` (one object per line, for log collectors) or `text`. Colours only on a terminal.
+    #[arg(long, env = "INFERGATE_LOG_FORMAT", value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,7 +67,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(cli.log_format);
     match cli.command {
         Some(Command::Check { file }) => check(&file),
         None => match run(cli) {
@@ -63,14 +80,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormatArg) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("INFERGATE_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let format = match format {
+        LogFormatArg::Json => infergate_telemetry::LogFormat::Json,
+        LogFormatArg::Text => infergate_telemetry::LogFormat::Text,
+    };
+    infergate_telemetry::init_logging(filter, format);
 }
 
 fn check(file: &Path) -> ExitCode {
@@ -153,9 +171,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .await
             .map_err(|d| anyhow::anyhow!("{d}"))?;
         wait_for_signal().await?;
-        tracing::info!("shutting down: no new connections, draining in-flight requests");
+        tracing::info!(drain_delay = ?cli.drain_delay, "shutting down: not ready, then draining in-flight requests");
         drop(watcher);
-        let left = gateway.shutdown().await;
+        let left = gateway.shutdown_after(cli.drain_delay).await;
         tracing::info!(left_open = left, "stopped");
         Ok(())
     })

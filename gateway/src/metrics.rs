@@ -7,17 +7,23 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Label};
+use metrics::{Counter, Histogram, Label, SharedString};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 
-/// Requests finished, by `route`, `destination`, `upstream`, `outcome` (`success`, `upstream_error`, or the
-/// gateway error kind) and `status_class` (`2xx`…`5xx`).
+/// Requests finished, by `route`, `destination`, `upstream`, `outcome` (`success`, `client_error`,
+/// `upstream_error`, or the gateway's error kind when it answered itself), `status_class` (`2xx`…`5xx`),
+/// `response_code` (the exact HTTP status) and, for gRPC, `grpc_status` (from the response headers or
+/// trailers).
 pub const REQUESTS: &str = "infergate_gateway_requests_total";
-/// Time from request arrival to response headers, seconds, by `route` and `destination`.
+/// Time from request arrival to response headers of served requests, seconds, by `route` and
+/// `destination`. Requests the gateway refused (quota, overload) are counted in [`REQUESTS`] only, so
+/// their fast answers do not flatter the latency of served ones.
 pub const REQUEST_DURATION: &str = "infergate_gateway_request_duration_seconds";
 /// Tries sent upstream, by `upstream` and `outcome` (status class or failure kind).
 pub const UPSTREAM_TRIES: &str = "infergate_gateway_upstream_tries_total";
+/// Time of one try, from sending to the upstream's response headers (or failure), seconds, by `upstream`.
+pub const UPSTREAM_TRY_DURATION: &str = "infergate_gateway_upstream_try_duration_seconds";
 /// Upstream try failures without a response, by `upstream` and `kind` (connect_failure, reset, …).
 pub const UPSTREAM_FAILURES: &str = "infergate_gateway_upstream_failures_total";
 /// Requests refused at once because an upstream's concurrency and queue limits were full, by `upstream`.
@@ -60,6 +66,9 @@ pub const CANARY_ROLLBACKS: &str = "infergate_gateway_canary_rollbacks_total";
 pub const CANARY_PHASE: &str = "infergate_gateway_canary_phase";
 /// Weight each destination of an analysed route splits with now, by `route` and `destination`.
 pub const CANARY_WEIGHT: &str = "infergate_gateway_canary_weight";
+/// Weight each destination of every route has in the running rules, by `route` and `destination`
+/// (compare with the actual share of `requests_total`, and with [`CANARY_WEIGHT`]).
+pub const CONFIGURED_WEIGHT: &str = "infergate_gateway_configured_weight";
 
 /// Latency buckets in seconds: 100 µs to 30 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -82,6 +91,10 @@ pub fn install() -> Result<PrometheusHandle, String> {
             metrics::set_global_recorder(recorder)
                 .map_err(|e| format!("another metrics recorder is already installed in this process: {e}"))?;
             describe();
+            // The reload counters exist at zero from start, so the first rejected edit is an increase.
+            for result in ["applied", "rejected"] {
+                metrics::counter!(CONFIG_RELOADS, "result" => result).increment(0);
+            }
             Ok(handle)
         })
         .clone()
@@ -91,14 +104,19 @@ fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         REQUESTS,
-        "Requests finished by route, destination, upstream, outcome and status class."
+        "Requests finished by route, destination, upstream, outcome, status class, response code and gRPC status."
     );
     describe_histogram!(
         REQUEST_DURATION,
         metrics::Unit::Seconds,
-        "Time from request arrival to response headers."
+        "Time from request arrival to response headers, of requests the gateway did not refuse."
     );
     describe_counter!(UPSTREAM_TRIES, "Tries sent to an upstream, by outcome.");
+    describe_histogram!(
+        UPSTREAM_TRY_DURATION,
+        metrics::Unit::Seconds,
+        "Time of one upstream try, to response headers or failure."
+    );
     describe_counter!(
         UPSTREAM_FAILURES,
         "Upstream tries that failed without a response, by kind."
@@ -153,6 +171,10 @@ fn describe() {
         CANARY_WEIGHT,
         "Weight a destination of an analysed route splits with now."
     );
+    describe_gauge!(
+        CONFIGURED_WEIGHT,
+        "Weight a destination has in the running rules."
+    );
 }
 
 /// Drains recorded histogram samples into their buckets every `every` until `shutdown` turns true. The
@@ -169,21 +191,44 @@ pub async fn upkeep(handle: PrometheusHandle, every: Duration, mut shutdown: wat
     }
 }
 
-/// The per-request metrics of one route destination: `requests_total` by status class and the duration
-/// histogram, registered on first use and kept for the config version. Registering a metric builds its
-/// key (label strings, a hash, a registry lookup under a lock) — thousands of instructions that a
-/// request on the hot path should not pay; an increment through a handle is one atomic add.
+/// The per-request metrics of one route destination: `requests_total` and the duration histogram.
+/// Registering a metric builds its key (label strings, a hash, a registry lookup under a lock) —
+/// thousands of instructions that a request on the hot path should not pay; an increment through a
+/// handle is one atomic add. So the common answers (HTTP 200, and HTTP 200 with each gRPC status) keep a
+/// handle; rarer answers register on each use.
 ///
-/// Handles are registered lazily (not at compile time) so that rules compiled before the recorder is
-/// installed still report.
+/// Handles are made by [`DestinationMetrics::register`] when the rules are applied (so the series exist
+/// at zero before the first request, and `increase()` sees the first one), or lazily on first use by rules
+/// compiled before the recorder was installed.
 #[derive(Debug)]
 pub struct DestinationMetrics {
     route: Arc<str>,
     destination: Arc<str>,
     upstream: Arc<str>,
-    /// `requests_total{outcome="success"|"upstream_error", status_class}`, by status class.
-    by_class: [OnceLock<Counter>; 5],
+    /// `requests_total{outcome="success", status_class="2xx", response_code="200"}` (no gRPC status).
+    ok: OnceLock<Counter>,
+    /// `requests_total{response_code="200", grpc_status=<index>}`.
+    grpc: [OnceLock<Counter>; GRPC_CODES],
     duration: OnceLock<Histogram>,
+}
+
+/// gRPC status codes 0 (OK) … 16 (UNAUTHENTICATED).
+const GRPC_CODES: usize = 17;
+
+/// How a request ended, for `requests_total`'s `outcome` label, when the upstream answered.
+fn upstream_outcome(status: u16, grpc_status: Option<u32>) -> &'static str {
+    match grpc_status {
+        Some(0) => "success",
+        // The caller's own mistakes: CANCELLED, INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
+        // PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE, UNAUTHENTICATED.
+        Some(1 | 3 | 5 | 6 | 7 | 9 | 11 | 16) => "client_error",
+        Some(_) => "upstream_error",
+        None => match status {
+            400..=499 => "client_error",
+            500..=599 => "upstream_error",
+            _ => "success",
+        },
+    }
 }
 
 impl DestinationMetrics {
@@ -193,56 +238,140 @@ impl DestinationMetrics {
             route,
             destination,
             upstream,
-            by_class: Default::default(),
+            ok: OnceLock::new(),
+            grpc: Default::default(),
             duration: OnceLock::new(),
         }
     }
 
-    /// Counts a request answered by the upstream with `status` (outcome `success`, or `upstream_error`
-    /// for 5xx), and records its duration.
-    pub fn record_response(&self, status: u16, elapsed: Duration) {
-        if status >= 600 {
-            // Not a standard status: no handle for it (and, like any non-5xx, not an upstream error).
-            return self.record_outcome("success", status, elapsed);
-        }
-        let class = class_index(status);
-        self.by_class[class]
-            .get_or_init(|| {
-                let outcome = if class == 4 { "upstream_error" } else { "success" };
-                metrics::counter!(REQUESTS, self.labels(outcome, CLASSES[class]))
-            })
-            .increment(1);
-        self.record_duration(elapsed);
+    /// Registers the destination's served-request series (HTTP 200 and the duration histogram) at zero.
+    pub fn register(&self) {
+        self.ok_counter();
+        self.histogram();
     }
 
-    /// Counts a request with an explicit `outcome` (the gateway's error kind when it answered itself),
-    /// and records its duration. Not cached: errors are not the hot path.
-    pub fn record_outcome(&self, outcome: &'static str, status: u16, elapsed: Duration) {
-        metrics::counter!(REQUESTS, self.labels(outcome, status_class(status))).increment(1);
-        self.record_duration(elapsed);
+    /// Counts a request the upstream answered with `status` (and, for gRPC, `grpc_status` from the
+    /// response headers or trailers). The outcome is `success`, `client_error` (4xx; gRPC statuses that
+    /// blame the request) or `upstream_error` (5xx; every other non-OK gRPC status).
+    pub fn record_response(&self, status: u16, grpc_status: Option<u32>) {
+        let counter = match (status, grpc_status) {
+            (200, None) => self.ok_counter(),
+            (200, Some(code)) if (code as usize) < GRPC_CODES => self.grpc[code as usize].get_or_init(|| {
+                metrics::counter!(
+                    REQUESTS,
+                    self.labels(upstream_outcome(200, Some(code)), 200, Some(code))
+                )
+            }),
+            _ => {
+                let outcome = upstream_outcome(status, grpc_status);
+                return metrics::counter!(REQUESTS, self.labels(outcome, status, grpc_status)).increment(1);
+            }
+        };
+        counter.increment(1);
     }
 
-    fn record_duration(&self, elapsed: Duration) {
-        self.duration
-            .get_or_init(|| {
-                metrics::histogram!(REQUEST_DURATION,
-                    "route" => Arc::clone(&self.route),
-                    "destination" => Arc::clone(&self.destination))
-            })
-            .record(elapsed.as_secs_f64());
+    /// Counts a request the gateway answered itself with `outcome` (its error kind). Not cached: errors
+    /// are not the hot path.
+    pub fn record_outcome(&self, outcome: &'static str, status: u16, grpc_status: Option<u32>) {
+        metrics::counter!(REQUESTS, self.labels(outcome, status, grpc_status)).increment(1);
     }
 
-    fn labels(&self, outcome: &'static str, class: &'static str) -> Vec<Label> {
-        // The order is the one of every other `requests_total` series: the exporter tells series apart
-        // by their label lists.
-        vec![
-            Label::new("route", Arc::clone(&self.route)),
-            Label::new("destination", Arc::clone(&self.destination)),
-            Label::new("upstream", Arc::clone(&self.upstream)),
-            Label::new("outcome", outcome),
-            Label::new("status_class", class),
-        ]
+    /// Records the time to response headers of a served request (refused ones are not recorded).
+    pub fn record_duration(&self, elapsed: Duration) {
+        self.histogram().record(elapsed.as_secs_f64());
     }
+
+    fn ok_counter(&self) -> &Counter {
+        self.ok
+            .get_or_init(|| metrics::counter!(REQUESTS, self.labels("success", 200, None)))
+    }
+
+    fn histogram(&self) -> &Histogram {
+        self.duration.get_or_init(|| {
+            metrics::histogram!(REQUEST_DURATION,
+                "route" => Arc::clone(&self.route),
+                "destination" => Arc::clone(&self.destination))
+        })
+    }
+
+    fn labels(&self, outcome: &'static str, status: u16, grpc_status: Option<u32>) -> Vec<Label> {
+        request_labels(
+            [&self.route, &self.destination, &self.upstream].map(|s| SharedString::from(Arc::clone(s))),
+            outcome,
+            status,
+            grpc_status,
+        )
+    }
+}
+
+/// The labels of a `requests_total` series, in the one order every such series uses (the exporter tells
+/// series apart by their label lists): route, destination, upstream, outcome, status_class,
+/// response_code, and grpc_status for gRPC requests.
+pub fn request_labels(
+    [route, destination, upstream]: [SharedString; 3],
+    outcome: &'static str,
+    status: u16,
+    grpc_status: Option<u32>,
+) -> Vec<Label> {
+    let mut labels = vec![
+        Label::new("route", route),
+        Label::new("destination", destination),
+        Label::new("upstream", upstream),
+        Label::new("outcome", outcome),
+        Label::new("status_class", status_class(status)),
+        Label::new("response_code", status_code_label(status)),
+    ];
+    if let Some(code) = grpc_status {
+        labels.push(Label::new("grpc_status", grpc_status_label(code)));
+    }
+    labels
+}
+
+/// `"200"`, `"429"`, … without allocating for the codes the gateway sees.
+fn status_code_label(status: u16) -> SharedString {
+    match status {
+        200 => SharedString::const_str("200"),
+        204 => SharedString::const_str("204"),
+        400 => SharedString::const_str("400"),
+        404 => SharedString::const_str("404"),
+        429 => SharedString::const_str("429"),
+        500 => SharedString::const_str("500"),
+        502 => SharedString::const_str("502"),
+        503 => SharedString::const_str("503"),
+        504 => SharedString::const_str("504"),
+        other => SharedString::from(other.to_string()),
+    }
+}
+
+fn grpc_status_label(code: u32) -> SharedString {
+    const NAMES: [&str; GRPC_CODES] = [
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    ];
+    match NAMES.get(code as usize) {
+        Some(n) => SharedString::const_str(n),
+        None => SharedString::from(code.to_string()),
+    }
+}
+
+/// Registers, at zero, the per-route series that alerts take `increase()` of, so the first event after a
+/// start or a reload is seen: quota rejections, retries skipped for the budget, canary rollbacks; and the
+/// configured weight of each destination.
+pub fn register_route(route: &Arc<str>, destinations: &[(Arc<str>, u32)]) {
+    let r = || SharedString::from(Arc::clone(route));
+    metrics::counter!(QUOTA_REJECTIONS, "route" => r()).increment(0);
+    metrics::counter!(RETRY_BUDGET_EXHAUSTED, "route" => r()).increment(0);
+    metrics::counter!(CANARY_ROLLBACKS, "route" => r()).increment(0);
+    for (d, weight) in destinations {
+        metrics::gauge!(CONFIGURED_WEIGHT, "route" => r(), "destination" => Arc::clone(d))
+            .set(f64::from(*weight));
+    }
+}
+
+/// Registers, at zero, the per-upstream series: refusals at the limits and outlier ejections.
+pub fn register_upstream(upstream: &Arc<str>) {
+    let u = || SharedString::from(Arc::clone(upstream));
+    metrics::counter!(UPSTREAM_OVERLOADED, "upstream" => u()).increment(0);
+    metrics::counter!(UPSTREAM_EJECTIONS, "upstream" => u()).increment(0);
 }
 
 /// `upstream_tries_total{upstream, outcome=<status class>}` handles of one upstream, registered on first
@@ -251,6 +380,7 @@ impl DestinationMetrics {
 pub struct TryCounters {
     upstream: Arc<str>,
     by_class: [OnceLock<Counter>; 5],
+    duration: OnceLock<Histogram>,
 }
 
 impl TryCounters {
@@ -259,19 +389,39 @@ impl TryCounters {
         TryCounters {
             upstream,
             by_class: Default::default(),
+            duration: OnceLock::new(),
         }
+    }
+
+    /// Registers the upstream's `2xx` tries and per-try duration at zero.
+    pub fn register(&self) {
+        self.class_counter(1);
+        self.histogram();
+        register_upstream(&self.upstream);
+    }
+
+    /// Records how long one try took to its response headers (or its failure).
+    pub fn record_duration(&self, elapsed: Duration) {
+        self.histogram().record(elapsed.as_secs_f64());
+    }
+
+    fn histogram(&self) -> &Histogram {
+        self.duration.get_or_init(
+            || metrics::histogram!(UPSTREAM_TRY_DURATION, "upstream" => Arc::clone(&self.upstream)),
+        )
+    }
+
+    fn class_counter(&self, class: usize) -> &Counter {
+        self.by_class[class].get_or_init(|| {
+            metrics::counter!(UPSTREAM_TRIES,
+                "upstream" => Arc::clone(&self.upstream),
+                "outcome" => CLASSES[class])
+        })
     }
 
     /// Counts a try answered with `status`.
     pub fn response(&self, status: u16) {
-        let class = class_index(status);
-        self.by_class[class]
-            .get_or_init(|| {
-                metrics::counter!(UPSTREAM_TRIES,
-                    "upstream" => Arc::clone(&self.upstream),
-                    "outcome" => CLASSES[class])
-            })
-            .increment(1);
+        self.class_counter(class_index(status)).increment(1);
     }
 
     /// Counts a try that failed without a response, by failure `kind`.
@@ -311,33 +461,65 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             let d = DestinationMetrics::new("r".into(), "canary".into(), "up-b".into());
-            d.record_response(200, Duration::from_millis(1));
-            d.record_response(204, Duration::from_millis(2));
-            d.record_response(503, Duration::from_millis(3));
-            d.record_outcome("timeout", 504, Duration::from_millis(4));
-            // The same series through the macro, as the pipeline writes it for errors.
-            metrics::counter!(REQUESTS, "route" => "r", "destination" => "canary", "upstream" => "up-b",
-                "outcome" => "success", "status_class" => "2xx")
-            .increment(1);
+            d.register();
+            d.record_response(200, None);
+            d.record_response(404, None);
+            d.record_response(503, None);
+            d.record_response(200, Some(0));
+            d.record_response(200, Some(3));
+            d.record_response(200, Some(3));
+            d.record_response(200, Some(14));
+            d.record_outcome("timeout", 504, None);
+            d.record_outcome("quota_exceeded", 200, Some(8));
+            d.record_duration(Duration::from_millis(1));
+            // The same series through the macro, as the pipeline writes it when no destination was chosen.
+            let labels = request_labels(
+                ["r", "canary", "up-b"].map(SharedString::const_str),
+                "success",
+                200,
+                None,
+            );
+            metrics::counter!(REQUESTS, labels).increment(1);
             let t = TryCounters::new("up-b".into());
+            t.register();
             t.response(200);
             t.response(201);
             t.failure("reset");
+            register_route(
+                &Arc::from("fresh"),
+                &[(Arc::from("stable"), 90), (Arc::from("canary"), 10)],
+            );
         });
         let text = handle.render();
+        let series = |labels: &str| {
+            format!(
+                r#"infergate_gateway_requests_total{{route="r",destination="canary",upstream="up-b",{labels}"#
+            )
+        };
         for line in [
-            r#"infergate_gateway_requests_total{route="r",destination="canary",upstream="up-b",outcome="success",status_class="2xx"} 3"#,
-            r#"infergate_gateway_requests_total{route="r",destination="canary",upstream="up-b",outcome="upstream_error",status_class="5xx"} 1"#,
-            r#"infergate_gateway_requests_total{route="r",destination="canary",upstream="up-b",outcome="timeout",status_class="5xx"} 1"#,
-            r#"infergate_gateway_request_duration_seconds_count{route="r",destination="canary"} 4"#,
-            r#"infergate_gateway_upstream_tries_total{upstream="up-b",outcome="2xx"} 2"#,
-            r#"infergate_gateway_upstream_tries_total{upstream="up-b",outcome="reset"} 1"#,
+            series(r#"outcome="success",status_class="2xx",response_code="200"} 2"#),
+            series(r#"outcome="client_error",status_class="4xx",response_code="404"} 1"#),
+            series(r#"outcome="upstream_error",status_class="5xx",response_code="503"} 1"#),
+            series(r#"outcome="success",status_class="2xx",response_code="200",grpc_status="0"} 1"#),
+            series(r#"outcome="client_error",status_class="2xx",response_code="200",grpc_status="3"} 2"#),
+            series(r#"outcome="upstream_error",status_class="2xx",response_code="200",grpc_status="14"} 1"#),
+            series(r#"outcome="timeout",status_class="5xx",response_code="504"} 1"#),
+            series(r#"outcome="quota_exceeded",status_class="2xx",response_code="200",grpc_status="8"} 1"#),
+            r#"infergate_gateway_request_duration_seconds_count{route="r",destination="canary"} 1"#.into(),
+            r#"infergate_gateway_upstream_tries_total{upstream="up-b",outcome="2xx"} 2"#.into(),
+            r#"infergate_gateway_upstream_tries_total{upstream="up-b",outcome="reset"} 1"#.into(),
+            r#"infergate_gateway_upstream_try_duration_seconds_count{upstream="up-b"} 0"#.into(),
+            r#"infergate_gateway_upstream_overloaded_total{upstream="up-b"} 0"#.into(),
+            r#"infergate_gateway_quota_rejections_total{route="fresh"} 0"#.into(),
+            r#"infergate_gateway_retry_budget_exhausted_total{route="fresh"} 0"#.into(),
+            r#"infergate_gateway_canary_rollbacks_total{route="fresh"} 0"#.into(),
+            r#"infergate_gateway_configured_weight{route="fresh",destination="canary"} 10"#.into(),
         ] {
-            assert!(text.contains(line), "missing {line} in:\n{text}");
+            assert!(text.contains(&line), "missing {line} in:\n{text}");
         }
         assert_eq!(
             text.matches("infergate_gateway_requests_total{").count(),
-            3,
+            8,
             "one series per label set:\n{text}"
         );
     }

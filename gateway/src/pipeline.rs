@@ -32,7 +32,7 @@ use crate::route::grpc::{FRAME_HEADER_LEN, GrpcPeek, frame_header, peek_model};
 use crate::route::{ModelRef, RequestFacts};
 use crate::split::{rewrite_grpc_version, rewrite_rest_path};
 use crate::upstream::{FailureKind, Upstream, UpstreamBody, UpstreamError};
-use observe::Observed;
+use observe::{BodyEnd, Observed};
 
 /// How much of a gRPC body is read to find `model_name` when routes match on the model.
 const PEEK_LIMIT: usize = 4 << 20;
@@ -49,10 +49,11 @@ pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<
     let mut req = req;
     let request_id = headers::ensure_request_id(req.headers_mut());
     let result = run(&state, &rules, &conn, req, grpc, started, &mut labels).await;
-    let mut resp = match result {
+    let resp = match result {
         Ok(resp) => resp,
         Err(e) => {
             labels.error = Some(e.kind().as_str());
+            labels.refused = matches!(e.kind(), ErrorKind::QuotaExceeded | ErrorKind::Overloaded);
             if matches!(e.kind(), ErrorKind::Internal) {
                 tracing::error!(error = %e, "internal gateway error");
             } else {
@@ -61,8 +62,8 @@ pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<
             e.into_response(grpc)
         }
     };
+    let mut resp = labels.record(resp, grpc, started);
     resp.headers_mut().insert(headers::REQUEST_ID, request_id);
-    labels.record(resp.status().as_u16(), started);
     resp
 }
 
@@ -75,31 +76,78 @@ struct Labels {
     destination: Option<Arc<DestinationMetrics>>,
     /// The gateway's error kind when it answered itself; `None` when the upstream answered.
     error: Option<&'static str>,
+    /// The gateway refused the request (quota, overload): counted, but kept out of the latency histogram.
+    refused: bool,
 }
 
 impl Labels {
-    fn record(&self, status: u16, started: Instant) {
-        let elapsed = started.elapsed();
-        match (&self.destination, self.error) {
-            (Some(d), None) => d.record_response(status, elapsed),
-            (Some(d), Some(kind)) => d.record_outcome(kind, status, elapsed),
-            (None, error) => {
-                let none: &'static str = "none";
-                let route = self
-                    .route
-                    .clone()
-                    .map_or(metrics::SharedString::const_str(none), Into::into);
-                metrics::counter!(m::REQUESTS,
-                    "route" => route.clone(),
-                    "destination" => none,
-                    "upstream" => none,
-                    "outcome" => error.unwrap_or("success"),
-                    "status_class" => m::status_class(status))
-                .increment(1);
-                metrics::histogram!(m::REQUEST_DURATION, "route" => route, "destination" => none)
-                    .record(elapsed.as_secs_f64());
+    /// Records the request's duration (unless the gateway refused it) and counts it in `requests_total`:
+    /// at once when the status is known from the response head, or when the body ends for a gRPC
+    /// response whose status comes in trailers.
+    fn record(self, resp: Response<Body>, grpc: bool, started: Instant) -> Response<Body> {
+        let status = resp.status().as_u16();
+        if !self.refused {
+            let elapsed = started.elapsed();
+            match &self.destination {
+                Some(d) => d.record_duration(elapsed),
+                None => metrics::histogram!(m::REQUEST_DURATION,
+                    "route" => self.route_label(), "destination" => "none")
+                .record(elapsed.as_secs_f64()),
             }
         }
+        let header_grpc = if grpc {
+            retry::grpc_status(resp.headers())
+        } else {
+            None
+        };
+        if !grpc || header_grpc.is_some() || self.error.is_some() {
+            self.count(status, header_grpc);
+            return resp;
+        }
+        // A gRPC answer with its status in the trailers: count when the body ends.
+        let (parts, body) = resp.into_parts();
+        let body = Observed::new(body, move |end| match end {
+            BodyEnd::Trailers(grpc_status) => self.count(status, grpc_status),
+            BodyEnd::Failed | BodyEnd::Dropped => {
+                // No status reached the caller: the stream broke (or the caller left) mid-answer.
+                let outcome = if matches!(end, BodyEnd::Failed) {
+                    "upstream_reset"
+                } else {
+                    "cancelled"
+                };
+                self.count_as(outcome, status, None);
+            }
+        });
+        Response::from_parts(parts, boxed(body))
+    }
+
+    fn count(&self, status: u16, grpc_status: Option<u32>) {
+        match (&self.destination, self.error) {
+            (Some(d), None) => d.record_response(status, grpc_status),
+            (_, error) => self.count_as(error.unwrap_or("success"), status, grpc_status),
+        }
+    }
+
+    fn count_as(&self, outcome: &'static str, status: u16, grpc_status: Option<u32>) {
+        match &self.destination {
+            Some(d) => d.record_outcome(outcome, status, grpc_status),
+            None => {
+                let none = metrics::SharedString::const_str("none");
+                let labels = m::request_labels(
+                    [self.route_label(), none.clone(), none],
+                    outcome,
+                    status,
+                    grpc_status,
+                );
+                metrics::counter!(m::REQUESTS, labels).increment(1);
+            }
+        }
+    }
+
+    fn route_label(&self) -> metrics::SharedString {
+        self.route
+            .clone()
+            .map_or(metrics::SharedString::const_str("none"), Into::into)
     }
 }
 
@@ -326,8 +374,15 @@ async fn run(
             let header_grpc = retry::grpc_status(&rparts.headers);
             let c = Arc::clone(c);
             let index = choice.index;
-            boxed(Observed::new(rbody, move |trailer_grpc, failed| {
-                let error = failed || crate::canary::is_error(Some(status), trailer_grpc.or(header_grpc));
+            boxed(Observed::new(rbody, move |end| {
+                let error = match end {
+                    BodyEnd::Trailers(trailer_grpc) => {
+                        crate::canary::is_error(Some(status), trailer_grpc.or(header_grpc))
+                    }
+                    BodyEnd::Failed => true,
+                    // The caller went away: says nothing about the destination.
+                    BodyEnd::Dropped => return,
+                };
                 c.record(index, error, started.elapsed(), Instant::now());
             }))
         }
@@ -368,6 +423,7 @@ impl SendTry<Request<ReqBody>> for UpstreamService {
     ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send {
         let upstream = &self.0;
         // An empty body goes as a zero-sized one, which boxes without allocating.
+        let sent = Instant::now();
         let sending = upstream.send(req.map(|b| {
             if http_body::Body::is_end_stream(&b) {
                 crate::proxy::empty()
@@ -376,9 +432,13 @@ impl SendTry<Request<ReqBody>> for UpstreamService {
             }
         }));
         // A combinator, not an `async` block awaiting `sending` (which would hold that future twice).
-        sending.inspect(move |r| match r {
-            Ok(resp) => upstream.tries().response(resp.status().as_u16()),
-            Err(e) => upstream.tries().failure(e.kind().as_str()),
+        sending.inspect(move |r| {
+            let tries = upstream.tries();
+            tries.record_duration(sent.elapsed());
+            match r {
+                Ok(resp) => tries.response(resp.status().as_u16()),
+                Err(e) => tries.failure(e.kind().as_str()),
+            }
         })
     }
 }

@@ -259,6 +259,17 @@ impl Gateway {
         }
     }
 
+    /// Shutdown for a rollout: `/ready` answers 503 at once, so the pod leaves its Service's endpoints, while
+    /// the listeners keep accepting and serving for `delay` (requests the cluster still routes here are
+    /// served, not refused); then [`Gateway::shutdown`] drains.
+    pub async fn shutdown_after(&self, delay: Duration) -> usize {
+        self.ready.store(false, Ordering::Release);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        self.shutdown().await
+    }
+
     /// Stops accepting, tells open connections to finish, and waits for them (at most the drain timeout), on
     /// every data worker.
     /// Returns the number of connections that were still open when the wait ended.

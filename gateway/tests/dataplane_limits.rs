@@ -109,7 +109,7 @@ async fn admin_endpoints_answer() {
     let (status, metrics) = admin_get(&gw, "/metrics").await;
     assert_eq!(status, 200);
     for name in [
-        r#"infergate_gateway_requests_total{route="all",destination="up",upstream="up",outcome="success",status_class="2xx"}"#,
+        r#"infergate_gateway_requests_total{route="all",destination="up",upstream="up",outcome="success",status_class="2xx",response_code="200"}"#,
         "infergate_gateway_request_duration_seconds_bucket",
         "infergate_gateway_upstream_tries_total",
         "infergate_gateway_open_connections",

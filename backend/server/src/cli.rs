@@ -65,6 +65,8 @@ pub enum LogFormat {
     Iso8601,
     /// One JSON object per line, for log collectors.
     Json,
+    /// Human-readable lines with time stamps (the gateway's spelling of `ISO8601`).
+    Text,
 }
 
 /// `--model-control-mode` values.
@@ -148,8 +150,8 @@ pub struct ServeArgs {
     /// Verbose logging level (0: info; 1: debug; 2 and more: trace).
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,
-    /// Log line format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Default)]
+    /// Log line format (`default`, `ISO8601`, `text` or `json`); colours only on a terminal.
+    #[arg(long, env = "INFERGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Default)]
     pub log_format: LogFormat,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish before the process exits.
     #[arg(long, default_value_t = 30)]

@@ -168,7 +168,10 @@ impl ServerCore {
 
     /// The Prometheus text of `/metrics`.
     pub fn render_metrics(&self) -> String {
-        crate::metrics::render(&self.inner.repo.all_serving())
+        let mut out = crate::metrics::render(&self.inner.repo.all_serving());
+        crate::metrics::render_readiness(&mut out, self.ready(), &self.inner.repo.wanted_readiness());
+        crate::metrics::render_host(&mut out);
+        out
     }
 }
 

@@ -24,14 +24,12 @@ fn init_logging(verbose: u32, format: LogFormat) {
     };
     // RUST_LOG, when set, wins (e.g. RUST_LOG=infergate_backend=debug,hyper=info).
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Iso8601 => builder.init(),
-        LogFormat::Default => builder.without_time().init(),
-    }
+    let format = match format {
+        LogFormat::Json => infergate_telemetry::LogFormat::Json,
+        LogFormat::Iso8601 | LogFormat::Text => infergate_telemetry::LogFormat::Text,
+        LogFormat::Default => infergate_telemetry::LogFormat::TextNoTime,
+    };
+    infergate_telemetry::init_logging(filter, format);
 }
 
 fn main() -> ExitCode {

@@ -1,8 +1,11 @@
 //! The Prometheus text served on the metrics port: Triton's `nv_*` names and labels, plus histograms
-//! (request latency, queue latency, batch size) and per-model device memory.
+//! (request latency, queue latency, batch size), per-model device memory, readiness, the host's CPU and
+//! memory, build info and process metrics.
 
 use std::fmt::Write;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+
+use infergate_telemetry::HostCpu;
 
 use crate::stats::{FailureReason, HistogramSnapshot};
 use crate::version::LoadedVersion;
@@ -234,4 +237,41 @@ pub fn render(versions: &[Arc<LoadedVersion>]) -> String {
         }
     }
     out
+}
+
+/// The host CPU sampler: utilisation is measured between one scrape and the next.
+static HOST_CPU: LazyLock<HostCpu> = LazyLock::new(HostCpu::new);
+
+/// Appends `infergate_backend_ready` (the server's readiness, as `/v2/health/ready` answers) and
+/// `infergate_model_ready{model}` for every model that should serve (0 while it has no serving version:
+/// loading, or failed to load).
+pub fn render_readiness(out: &mut String, server_ready: bool, models: &[(String, bool)]) {
+    family(
+        out,
+        "infergate_backend_ready",
+        "gauge",
+        "1 when the server is ready for inference (every model that should serve does)",
+    );
+    let _ = writeln!(out, "infergate_backend_ready {}", u8::from(server_ready));
+    family(
+        out,
+        "infergate_model_ready",
+        "gauge",
+        "1 when a model that should serve has a serving version, 0 while it loads or after it failed",
+    );
+    for (name, ready) in models {
+        let _ = writeln!(
+            out,
+            "infergate_model_ready{{model=\"{}\"}} {}",
+            esc(name),
+            u8::from(*ready)
+        );
+    }
+}
+
+/// Appends the host's CPU and memory (Triton's `nv_cpu_*`), build info and the process metrics.
+pub fn render_host(out: &mut String) {
+    HOST_CPU.render(out);
+    infergate_telemetry::render_build_info(out, "backend", env!("CARGO_PKG_VERSION"));
+    infergate_telemetry::render_process_metrics(out);
 }

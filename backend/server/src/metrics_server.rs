@@ -1,4 +1,5 @@
-//! The metrics port: `GET /metrics` in Prometheus text format.
+//! The metrics port: `GET /metrics` in Prometheus text format, and the health probes (`/v2/health/live`,
+//! `/v2/health/ready`) so the kubelet can probe a backend whose REST and gRPC ports bind to loopback only.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -11,6 +12,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+
+use infergate_protocol::InferenceService;
 
 use crate::core::ServerCore;
 
@@ -26,10 +29,12 @@ fn respond(core: &ServerCore, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             "text/plain",
             "use GET /metrics\n".to_string(),
         ),
+        (&Method::GET, "/v2/health/live") => probe(core.live()),
+        (&Method::GET, "/v2/health/ready") => probe(core.ready()),
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "metrics are served at GET /metrics\n".to_string(),
+            "this port serves GET /metrics, /v2/health/live and /v2/health/ready\n".to_string(),
         ),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
@@ -38,6 +43,13 @@ fn respond(core: &ServerCore, req: &Request<Incoming>) -> Response<Full<Bytes>> 
         resp.headers_mut().insert(header::CONTENT_TYPE, v);
     }
     resp
+}
+
+fn probe(ok: bool) -> (StatusCode, &'static str, String) {
+    match ok {
+        true => (StatusCode::OK, "text/plain", String::new()),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", String::new()),
+    }
 }
 
 /// Serves `/metrics` on `listener` until `shutdown` completes.

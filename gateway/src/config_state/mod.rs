@@ -173,6 +173,7 @@ fn build(
             ));
         }
     }
+    register_metrics(&routes, &upstreams);
     Ok(Rules {
         routes,
         upstreams,
@@ -180,4 +181,25 @@ fn build(
         hash,
         loaded_at: SystemTime::now(),
     })
+}
+
+/// Registers, at zero, the series of every route, destination and upstream of a new rules version, so
+/// dashboards and alerts see them before their first request (and `increase()` sees the first event).
+fn register_metrics(routes: &CompiledRoutes, upstreams: &HashMap<Arc<str>, Arc<Upstream>>) {
+    for r in routes.routes() {
+        let destinations: Vec<(Arc<str>, u32)> = r
+            .split
+            .destinations()
+            .iter()
+            .zip(r.split.weights())
+            .map(|(d, w)| (Arc::clone(&d.name), *w))
+            .collect();
+        crate::metrics::register_route(&r.name, &destinations);
+        for d in r.metrics.iter() {
+            d.register();
+        }
+    }
+    for u in upstreams.values() {
+        u.tries().register();
+    }
 }

@@ -1,6 +1,6 @@
-//! A response body that reports, once, how the response ended: the `grpc-status` of its trailers (if any) and
-//! whether the stream failed. Canary analysis records gRPC outcomes this way, since a gRPC status usually
-//! arrives in trailers, after the body.
+//! A response body that reports, once, how the response ended: the `grpc-status` of its trailers (if any),
+//! a failed stream, or a body dropped before its end. Canary analysis and `requests_total` record gRPC
+//! outcomes this way, since a gRPC status usually arrives in trailers, after the body.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -8,15 +8,25 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
-/// Wraps `B`; calls `on_end(grpc_status_from_trailers, failed)` when the body ends or fails. A body dropped
-/// before its end (the caller went away) reports nothing.
-pub(crate) struct Observed<B, F: FnOnce(Option<u32>, bool)> {
+/// How an observed body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyEnd {
+    /// It ended normally, with this `grpc-status` in its trailers (if any).
+    Trailers(Option<u32>),
+    /// The upstream stream failed mid-body.
+    Failed,
+    /// It was dropped before its end (the caller went away).
+    Dropped,
+}
+
+/// Wraps `B`; calls `on_end` once, when the body ends, fails or is dropped.
+pub(crate) struct Observed<B, F: FnOnce(BodyEnd)> {
     inner: B,
     on_end: Option<F>,
     trailer_status: Option<u32>,
 }
 
-impl<B, F: FnOnce(Option<u32>, bool)> Observed<B, F> {
+impl<B, F: FnOnce(BodyEnd)> Observed<B, F> {
     pub(crate) fn new(inner: B, on_end: F) -> Self
     where
         B: HttpBody,
@@ -35,7 +45,19 @@ impl<B, F: FnOnce(Option<u32>, bool)> Observed<B, F> {
 
     fn finish(&mut self, failed: bool) {
         if let Some(f) = self.on_end.take() {
-            f(self.trailer_status, failed);
+            f(if failed {
+                BodyEnd::Failed
+            } else {
+                BodyEnd::Trailers(self.trailer_status)
+            });
+        }
+    }
+}
+
+impl<B, F: FnOnce(BodyEnd)> Drop for Observed<B, F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.on_end.take() {
+            f(BodyEnd::Dropped);
         }
     }
 }
@@ -43,7 +65,7 @@ impl<B, F: FnOnce(Option<u32>, bool)> Observed<B, F> {
 impl<B, F> HttpBody for Observed<B, F>
 where
     B: HttpBody<Data = Bytes> + Unpin,
-    F: FnOnce(Option<u32>, bool) + Unpin,
+    F: FnOnce(BodyEnd) + Unpin,
 {
     type Data = Bytes;
     type Error = B::Error;

@@ -476,6 +476,15 @@ impl Repository {
             .all(|e| !e.wanted || !e.serving.is_empty())
     }
 
+    /// Every model that should serve, by name, with whether it has a serving version now.
+    pub fn wanted_readiness(&self) -> Vec<(String, bool)> {
+        lock_err(self.models.read())
+            .iter()
+            .filter(|(_, e)| e.wanted)
+            .map(|(name, e)| (name.clone(), !e.serving.is_empty()))
+            .collect()
+    }
+
     /// The repository index: every model folder and every model ever loaded, with per-version states.
     pub fn index(&self, ready_only: bool) -> Vec<RepositoryIndexEntry> {
         let (found, _) = scan::model_folders(&self.opts.roots);
