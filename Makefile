@@ -16,7 +16,7 @@ export INFERGATE_PYTHON := $(VENV)/bin/python
 export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run test deps venv build build-release lint test-rust test-python bench clean
+.PHONY: help run test deps venv build build-release lint test-rust test-python bench clean supply-chain fuzz-smoke fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -24,7 +24,7 @@ help: ## list the targets
 run: deps build-release ## start the backend and the gateway on deploy/local (the example)
 	scripts/run-local.sh "$(TARGET_DIR)/release"
 
-test: deps venv lint test-rust test-python ## everything: formatting, lints, Rust tests, client tests
+test: deps venv lint supply-chain test-rust test-python fuzz-smoke ## everything: formatting, lints, supply chain, Rust tests, client tests, fuzz smoke
 	@echo "==> all tests passed"
 
 deps: ## install missing system packages (asks apt; uses sudo when not root)
@@ -54,6 +54,15 @@ test-python: build ## real clients (tritonclient, kserve SDK) against our proces
 	  echo "==> pytest $(PYTHON_TESTS)"; \
 	  "$(INFERGATE_PYTHON)" -m pytest -q $(PYTHON_TESTS); \
 	else echo "==> no Python client tests yet"; fi
+
+supply-chain: ## cargo deny against deny.toml: licences, bans, duplicates, sources; advisories where the database can be had
+	scripts/deny.sh
+
+fuzz-smoke: ## every fuzz target for a few seconds from its committed seeds
+	scripts/fuzz.sh
+
+fuzz: ## every fuzz target for FUZZ_SECONDS each (default 600)
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} scripts/fuzz.sh
 
 bench: deps venv build-release ## benchmarks side by side with their peers; figures go to docs/benchmarks.md
 	scripts/bench.sh "$(TARGET_DIR)/release"

@@ -250,7 +250,13 @@ pub fn raw_infer_request(
     match variable.as_slice() {
         [] => {}
         [i] => {
-            let fixed: i64 = input.shape.iter().filter(|d| **d >= 0).product();
+            // The model's dims multiply to `None` when they overflow: no body can fill that shape.
+            let fixed = input
+                .shape
+                .iter()
+                .filter(|d| **d >= 0)
+                .try_fold(1i64, |n, d| n.checked_mul(*d))
+                .unwrap_or(0);
             let elements = i64::try_from(elements).unwrap_or(i64::MAX);
             if fixed == 0 || elements % fixed != 0 {
                 return Err(ServeError::invalid_argument(format!(
