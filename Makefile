@@ -15,7 +15,7 @@ export INFERGATE_PYTHON := $(VENV)/bin/python
 export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run test deps venv build build-release lint test-rust test-python bench clean
+.PHONY: help run test deps venv build build-release build-bench lint test-rust test-python test-load bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -23,7 +23,7 @@ help: ## list the targets
 run: deps build-release ## start the backend and the gateway on deploy/local (the example)
 	scripts/run-local.sh "$(TARGET_DIR)/release"
 
-test: deps venv lint test-rust test-python ## everything: formatting, lints, Rust tests, client tests
+test: deps venv lint test-rust test-python test-load ## everything: formatting, lints, Rust tests, client tests, scenario smokes
 	@echo "==> all tests passed"
 
 deps: ## install missing system packages (asks apt; uses sudo when not root)
@@ -54,8 +54,18 @@ test-python: build ## real clients (tritonclient, kserve SDK) against our proces
 	  "$(INFERGATE_PYTHON)" -m pytest -q $(PYTHON_TESTS); \
 	else echo "==> no Python client tests yet"; fi
 
-bench: deps venv build-release ## benchmarks side by side with their peers; figures go to docs/benchmarks.md
-	scripts/bench.sh "$(TARGET_DIR)/release"
+test-load: build ## every scenario of loadtests/cases/ in seconds: invariants only, never timings
+	@echo "==> infergate-load run loadtests/cases --smoke"
+	"$(TARGET_DIR)/debug/infergate-load" run loadtests/cases --smoke --quiet \
+	  --bin-dir "$(TARGET_DIR)/debug" --out "$(TARGET_DIR)/loadtests-smoke"
+
+build-bench: ## the binaries figures are taken with (profile release-lto: fat LTO, as the images)
+	$(CARGO) build --workspace --profile release-lto --bins
+
+bench: deps venv build-bench ## the scenarios, then the peers side by side; figures go to docs/benchmarks.md
+	"$(TARGET_DIR)/release-lto/infergate-load" run loadtests/cases \
+	  --bin-dir "$(TARGET_DIR)/release-lto" --out "$(TARGET_DIR)/loadtests"
+	scripts/bench.sh "$(TARGET_DIR)/release-lto"
 
 clean: ## remove build outputs (the venv stays; delete $(CACHE) to drop it)
 	$(CARGO) clean
