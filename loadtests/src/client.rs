@@ -233,7 +233,11 @@ impl Client {
                 };
                 let mut client = client.clone();
                 let mut req = tonic::Request::new(msg.clone());
-                if let Ok(v) = caller.to_str().map(str::parse) {
+                if let Some(v) = caller
+                    .to_str()
+                    .ok()
+                    .and_then(|s| tonic::metadata::AsciiMetadataValue::try_from(s).ok())
+                {
                     req.metadata_mut().insert("x-caller-id", v);
                 }
                 match client.model_infer(req).await {

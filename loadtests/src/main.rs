@@ -149,7 +149,11 @@ fn parse_caller(text: &str) -> anyhow::Result<CallerSpec> {
             concurrency: value.parse().ok().filter(|n| *n > 0).with_context(bad)?,
         },
         "rate" => Pace::Open {
-            rate: value.parse().ok().filter(|r: &f64| *r > 0.0).with_context(bad)?,
+            rate: value
+                .parse()
+                .ok()
+                .filter(|r: &f64| r.is_finite() && *r > 0.0)
+                .with_context(bad)?,
         },
         _ => bail!(bad()),
     };
@@ -175,8 +179,8 @@ async fn bench(args: BenchArgs) -> anyhow::Result<bool> {
         callers.push(CallerSpec {
             name: "load-test".into(),
             pace: match args.rate {
-                Some(rate) if rate > 0.0 => Pace::Open { rate },
-                Some(_) => bail!("--rate must be above 0"),
+                Some(rate) if rate.is_finite() && rate > 0.0 => Pace::Open { rate },
+                Some(_) => bail!("--rate must be a number above 0"),
                 None => Pace::Closed {
                     concurrency: args.concurrency.max(1),
                 },

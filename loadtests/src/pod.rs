@@ -135,8 +135,8 @@ impl Pod {
                 return Err(PodError::Missing(exe));
             }
             let log = work.join("backend.log");
-            let out = std::fs::File::create(&log).map_err(io(&log))?;
-            let err = out.try_clone().map_err(io(&log))?;
+            let out = std::fs::File::create(&log).map_err(io(log.as_path()))?;
+            let err = out.try_clone().map_err(io(log.as_path()))?;
             let child = Command::new(&exe)
                 .arg("--model-repository")
                 .arg(models)
@@ -149,7 +149,7 @@ impl Pod {
                 .stderr(err)
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(io(&exe))?;
+                .map_err(io(exe.as_path()))?;
             pod.children.push(child);
             let url = format!("http://127.0.0.1:{}/v2/health/ready", ports.backend_http);
             pod.wait_ready("the backend", &url, &log, Duration::from_secs(120))
@@ -162,8 +162,8 @@ impl Pod {
             }
             pod.write_routes(routes)?;
             let log = work.join("gateway.log");
-            let out = std::fs::File::create(&log).map_err(io(&log))?;
-            let err = out.try_clone().map_err(io(&log))?;
+            let out = std::fs::File::create(&log).map_err(io(log.as_path()))?;
+            let err = out.try_clone().map_err(io(log.as_path()))?;
             let mut cmd = Command::new(&exe);
             cmd.arg("--config").arg(&pod.routes_file);
             if let Some(w) = spec.gateway_workers {
@@ -175,7 +175,7 @@ impl Pod {
                 .stderr(err)
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(io(&exe))?;
+                .map_err(io(exe.as_path()))?;
             pod.children.push(child);
             let url = format!("http://127.0.0.1:{}/ready", ports.admin);
             pod.wait_ready("the gateway", &url, &log, Duration::from_secs(60))

@@ -357,8 +357,8 @@ impl Case {
                 if c.rate.is_some() && c.concurrency.is_some() {
                     problems.push(format!("{at}: caller '{}' sets both rate (open loop) and concurrency (closed loop); keep one", c.name));
                 }
-                if c.rate.is_some_and(|r| !(r > 0.0)) {
-                    problems.push(format!("{at}: caller '{}' rate must be above 0", c.name));
+                if c.rate.is_some_and(|r| !r.is_finite() || r <= 0.0) {
+                    problems.push(format!("{at}: caller '{}': rate must be a number above 0", c.name));
                 }
             }
             for a in &p.actions {
@@ -399,7 +399,8 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     let t = text.trim();
     let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic())?);
     let n: f64 = num.trim().parse().ok()?;
-    if !(n >= 0.0) {
+    // Duration::from_secs_f64 panics on negative, NaN or huge values: a day is plenty for a load test.
+    if !n.is_finite() || n < 0.0 || n > 86_400.0 * 60.0 {
         return None;
     }
     let secs = match unit {
