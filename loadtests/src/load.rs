@@ -222,7 +222,11 @@ pub async fn run(
                     "{} answered, {} failed{}",
                     shared.done.load(Ordering::Relaxed),
                     shared.failed.load(Ordering::Relaxed),
-                    if now < shared.measure_start { " (warm-up)" } else { "" }
+                    if now < shared.measure_start {
+                        " (warm-up)"
+                    } else {
+                        ""
+                    }
                 ));
             }
         })

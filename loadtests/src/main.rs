@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Send load to one address and report latency percentiles, errors by kind and the versions that answered.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Run scenarios (folders with a case.yaml, or folders of them) and check their invariants.
     Run(RunArgs),
 }
@@ -122,7 +122,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Bench(args) => bench(args).await,
+            Command::Bench(args) => bench(*args).await,
             Command::Run(args) => run(args).await,
         }
     });
@@ -137,7 +137,8 @@ fn main() -> ExitCode {
 }
 
 fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
-    parse_duration(text).with_context(|| format!("--{flag} '{text}': write a duration such as 250ms, 10s or 2m"))
+    parse_duration(text)
+        .with_context(|| format!("--{flag} '{text}': write a duration such as 250ms, 10s or 2m"))
 }
 
 fn parse_caller(text: &str) -> anyhow::Result<CallerSpec> {
@@ -301,7 +302,11 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
     let mut summary = Vec::new();
     for dir in dirs {
         let started = std::time::Instant::now();
-        println!("==> case {}{}", dir.display(), if args.smoke { " (smoke)" } else { "" });
+        println!(
+            "==> case {}{}",
+            dir.display(),
+            if args.smoke { " (smoke)" } else { "" }
+        );
         let result = case::run(&dir, &opts).await?;
         for (k, v) in &result.figures {
             println!("  figure  {k}: {v}");

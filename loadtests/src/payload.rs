@@ -263,9 +263,7 @@ fn tensor_bytes(dt: DataType, count: usize) -> Vec<u8> {
             DataType::Uint64 | DataType::Int64 => out.extend_from_slice(&u64::from(v).to_le_bytes()),
             // Half and bfloat16 of small integers: exact bit patterns computed from f32.
             DataType::Fp16 => out.extend_from_slice(&f32_to_f16_bits(f32::from(v)).to_le_bytes()),
-            DataType::Bf16 => {
-                out.extend_from_slice(&((f32::from(v).to_bits() >> 16) as u16).to_le_bytes())
-            }
+            DataType::Bf16 => out.extend_from_slice(&((f32::from(v).to_bits() >> 16) as u16).to_le_bytes()),
             DataType::Fp32 => out.extend_from_slice(&(f32::from(v) * 0.25).to_le_bytes()),
             DataType::Fp64 => out.extend_from_slice(&(f64::from(v) * 0.25).to_le_bytes()),
             DataType::Bytes => {

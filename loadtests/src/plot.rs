@@ -39,7 +39,10 @@ pub fn draw(
     let t_max = s.timeline.last().map_or(1.0, |p| p.t_s).max(1e-3);
     let lat = dir.join(format!("{stem}-latency.svg"));
     let series = [
-        ("p50", s.timeline.iter().map(|p| (p.t_s, p.p50_ms)).collect::<Vec<_>>()),
+        (
+            "p50",
+            s.timeline.iter().map(|p| (p.t_s, p.p50_ms)).collect::<Vec<_>>(),
+        ),
         ("p90", s.timeline.iter().map(|p| (p.t_s, p.p90_ms)).collect()),
         ("p99", s.timeline.iter().map(|p| (p.t_s, p.p99_ms)).collect()),
     ];
@@ -48,9 +51,19 @@ pub fn draw(
     let thr = dir.join(format!("{stem}-throughput.svg"));
     let series = [(
         "req/s",
-        s.timeline.iter().map(|p| (p.t_s, p.throughput_rps)).collect::<Vec<_>>(),
+        s.timeline
+            .iter()
+            .map(|p| (p.t_s, p.throughput_rps))
+            .collect::<Vec<_>>(),
     )];
-    lines(&thr, &format!("{title}: throughput"), "requests/s", t_max, &series, &[])?;
+    lines(
+        &thr,
+        &format!("{title}: throughput"),
+        "requests/s",
+        t_max,
+        &series,
+        &[],
+    )?;
     written.push(thr.display().to_string());
     let named: Vec<&String> = s.versions.keys().filter(|v| v.as_str() != "-").collect();
     if !named.is_empty() {
@@ -64,7 +77,11 @@ pub fn draw(
                     .map(|p| {
                         let answered: u64 = p.versions.values().sum();
                         let n = p.versions.get(*v).copied().unwrap_or(0);
-                        let share = if answered == 0 { 0.0 } else { 100.0 * n as f64 / answered as f64 };
+                        let share = if answered == 0 {
+                            0.0
+                        } else {
+                            100.0 * n as f64 / answered as f64
+                        };
                         (p.t_s, share)
                     })
                     .collect();
@@ -77,7 +94,14 @@ pub fn draw(
             .iter()
             .map(|(v, w)| (format!("v{v} configured"), *w))
             .collect();
-        lines(&ver, &format!("{title}: share per version"), "% of answers", t_max, &series, &marks)?;
+        lines(
+            &ver,
+            &format!("{title}: share per version"),
+            "% of answers",
+            t_max,
+            &series,
+            &marks,
+        )?;
         written.push(ver.display().to_string());
     }
     Ok(written)
@@ -140,7 +164,9 @@ fn lines(
             .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
             .map_err(|e| fail(&e))?
             .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)], colour));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)], colour)
+            });
     }
     chart
         .configure_series_labels()

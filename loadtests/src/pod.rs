@@ -99,12 +99,10 @@ fn free_port() -> Result<u16, PodError> {
         path: "127.0.0.1:0".into(),
         source,
     })?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|source| PodError::Io {
-            path: "127.0.0.1:0".into(),
-            source,
-        })
+    l.local_addr().map(|a| a.port()).map_err(|source| PodError::Io {
+        path: "127.0.0.1:0".into(),
+        source,
+    })
 }
 
 impl Pod {
@@ -241,8 +239,7 @@ impl Pod {
                 return Err(not_ready(format!("it exited ({status})")));
             }
             if let Ok(uri) = url.parse::<http::Uri>()
-                && let Ok(Ok(resp)) =
-                    tokio::time::timeout(Duration::from_secs(1), client.get(uri)).await
+                && let Ok(Ok(resp)) = tokio::time::timeout(Duration::from_secs(1), client.get(uri)).await
                 && resp.status().is_success()
             {
                 return Ok(());

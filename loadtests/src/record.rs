@@ -102,10 +102,7 @@ impl Recorder {
                 bucket.ok += 1;
                 // Latency percentiles describe answered requests; errors are counted by kind.
                 self.latency.saturating_record(us);
-                bucket
-                    .latency
-                    .get_or_insert_with(histogram)
-                    .saturating_record(us);
+                bucket.latency.get_or_insert_with(histogram).saturating_record(us);
                 let v = version.clone().unwrap_or_else(|| "-".to_owned());
                 *bucket.versions.entry(v.clone()).or_default() += 1;
                 *self.versions.entry(v.clone()).or_default() += 1;
@@ -136,8 +133,7 @@ impl Recorder {
             seen.1 = seen.1.max(*last);
         }
         if self.timeline.len() < other.timeline.len() {
-            self.timeline
-                .resize_with(other.timeline.len(), Bucket::default);
+            self.timeline.resize_with(other.timeline.len(), Bucket::default);
         }
         for (mine, theirs) in self.timeline.iter_mut().zip(&other.timeline) {
             mine.ok += theirs.ok;
@@ -204,9 +200,18 @@ impl Recorder {
                     ok: b.ok,
                     errors: b.errors,
                     throughput_rps: (b.ok + b.errors) as f64 / self.interval.as_secs_f64(),
-                    p50_ms: b.latency.as_ref().map_or(0.0, |h| h.value_at_quantile(0.5) as f64 / 1000.0),
-                    p90_ms: b.latency.as_ref().map_or(0.0, |h| h.value_at_quantile(0.9) as f64 / 1000.0),
-                    p99_ms: b.latency.as_ref().map_or(0.0, |h| h.value_at_quantile(0.99) as f64 / 1000.0),
+                    p50_ms: b
+                        .latency
+                        .as_ref()
+                        .map_or(0.0, |h| h.value_at_quantile(0.5) as f64 / 1000.0),
+                    p90_ms: b
+                        .latency
+                        .as_ref()
+                        .map_or(0.0, |h| h.value_at_quantile(0.9) as f64 / 1000.0),
+                    p99_ms: b
+                        .latency
+                        .as_ref()
+                        .map_or(0.0, |h| h.value_at_quantile(0.99) as f64 / 1000.0),
                     versions: b.versions.clone(),
                 })
                 .collect(),

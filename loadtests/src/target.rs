@@ -58,10 +58,7 @@ impl Target {
 }
 
 fn parse(text: &str) -> Result<Target, TargetError> {
-    let bare = text
-        .trim()
-        .trim_start_matches("http://")
-        .trim_end_matches('/');
+    let bare = text.trim().trim_start_matches("http://").trim_end_matches('/');
     if let Ok(addr) = SocketAddr::from_str(bare) {
         return Ok(Target { addr });
     }

@@ -2,6 +2,8 @@
 //! are counted per caller, an open-loop run charges a server stall to the requests scheduled behind it, and
 //! an address nobody listens on is reported as a connect failure.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +53,8 @@ async fn serve(stall: Option<(u64, u64)>) -> Target {
                             }
                         }
                         if noisy {
-                            let mut r = Response::new(Full::new(Bytes::from_static(b"{\"error\":\"quota\"}")));
+                            let mut r =
+                                Response::new(Full::new(Bytes::from_static(b"{\"error\":\"quota\"}")));
                             *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
                             return Ok(r);
                         }
@@ -120,7 +123,11 @@ async fn callers_versions_and_refusals_are_counted_apart() {
         assert_eq!(noisy.ok, 0);
         assert_eq!(noisy.errors.get("status_429").copied(), Some(noisy.requests));
         // 200/s over 0.6 s: the open loop sends on its schedule whatever the answers.
-        assert!((100..=140).contains(&noisy.requests), "{protocol:?}: {}", noisy.requests);
+        assert!(
+            (100..=140).contains(&noisy.requests),
+            "{protocol:?}: {}",
+            noisy.requests
+        );
     }
 }
 
@@ -159,7 +166,14 @@ async fn a_request_bound_stops_the_run_and_a_closed_port_is_a_connect_failure() 
         name: "c".into(),
         pace: Pace::Closed { concurrency: 4 },
     }];
-    let r = load::run(client, payload.clone(), &plan(one.clone(), Some(200), None), tokio::time::Instant::now(), false).await;
+    let r = load::run(
+        client,
+        payload.clone(),
+        &plan(one.clone(), Some(200), None),
+        tokio::time::Instant::now(),
+        false,
+    )
+    .await;
     assert_eq!(r.callers["c"].summary(r.elapsed).requests, 200);
 
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -171,8 +185,20 @@ async fn a_request_bound_stops_the_run_and_a_closed_port_is_a_connect_failure() 
         if payload.grpc.is_empty() {
             payload.grpc.push(Default::default());
         }
-        let r = load::run(client, payload, &plan(one.clone(), Some(20), None), tokio::time::Instant::now(), false).await;
+        let r = load::run(
+            client,
+            payload,
+            &plan(one.clone(), Some(20), None),
+            tokio::time::Instant::now(),
+            false,
+        )
+        .await;
         let s = r.callers["c"].summary(r.elapsed);
-        assert_eq!(s.errors.get("connect").copied(), Some(s.requests), "{protocol:?}: {:?}", s.errors);
+        assert_eq!(
+            s.errors.get("connect").copied(),
+            Some(s.requests),
+            "{protocol:?}: {:?}",
+            s.errors
+        );
     }
 }

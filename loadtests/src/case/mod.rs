@@ -17,7 +17,7 @@ use tokio::time::Instant;
 pub use spec::{ActionSpec, At, CallerGroup, Case, Compare, Invariant, Phase, Side, SmokeBounds};
 
 use crate::client::{Client, Protocol};
-use crate::load::{self, CallerSpec, LoadPlan, Pace, RunResult};
+use crate::load::{self, LoadPlan, RunResult};
 use crate::payload::Payload;
 use crate::plot;
 use crate::pod::{Pod, PodSpec};
@@ -73,8 +73,13 @@ impl CaseResult {
 /// Reads `dir/case.yaml`.
 pub fn load(dir: &Path) -> anyhow::Result<Case> {
     let file = dir.join("case.yaml");
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("{}: cannot read the case (is {} a case folder?)", file.display(), dir.display()))?;
+    let text = std::fs::read_to_string(&file).with_context(|| {
+        format!(
+            "{}: cannot read the case (is {} a case folder?)",
+            file.display(),
+            dir.display()
+        )
+    })?;
     let case: Case = serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     case.validate(dir)
         .map_err(|problems| anyhow::anyhow!("{}:\n  {}", file.display(), problems.join("\n  ")))?;
@@ -154,17 +159,23 @@ async fn run_phases(
         let actions = schedule(&phase.actions, measure_start, bounds.duration);
         let action_times: BTreeMap<String, Duration> = actions
             .iter()
-            .filter_map(|(at, a)| a.name.clone().map(|n| (n, at.saturating_duration_since(measure_start))))
+            .filter_map(|(at, a)| {
+                a.name
+                    .clone()
+                    .map(|n| (n, at.saturating_duration_since(measure_start)))
+            })
             .collect();
         let action_task = {
-            let actions: Vec<(Instant, PathBuf)> = actions
-                .iter()
-                .map(|(at, a)| (*at, dir.join(&a.routes)))
-                .collect();
+            let actions: Vec<(Instant, PathBuf)> =
+                actions.iter().map(|(at, a)| (*at, dir.join(a.routes))).collect();
             let files: Vec<PathBuf> = actions.iter().map(|(_, p)| p.clone()).collect();
             for f in &files {
                 if !f.is_file() {
-                    bail!("case {name} phase {}: routes file {} does not exist", phase.name, f.display());
+                    bail!(
+                        "case {name} phase {}: routes file {} does not exist",
+                        phase.name,
+                        f.display()
+                    );
                 }
             }
             let routes_out = pod.routes_writer();
@@ -204,10 +215,20 @@ async fn run_phases(
             }
         }
         for inv in &phase.invariants {
-            verdicts.push(check(inv, &phase.name, &result, phase.interval.0, &action_times, &mut figures));
+            verdicts.push(check(
+                inv,
+                &phase.name,
+                &result,
+                phase.interval.0,
+                &action_times,
+                &mut figures,
+            ));
         }
         for (action, at) in &action_times {
-            figures.insert(format!("{}: '{action}' edit at", phase.name), format!("{:.2} s", at.as_secs_f64()));
+            figures.insert(
+                format!("{}: '{action}' edit at", phase.name),
+                format!("{:.2} s", at.as_secs_f64()),
+            );
         }
         reports.push(report);
         runs.insert(phase.name.clone(), (result, phase.interval.0));
@@ -307,7 +328,10 @@ fn check(
     actions: &BTreeMap<String, Duration>,
     figures: &mut BTreeMap<String, String>,
 ) -> Verdict {
-    let who = |c: &Option<String>| c.as_ref().map_or("all callers".to_owned(), |p| format!("callers '{p}*'"));
+    let who = |c: &Option<String>| {
+        c.as_ref()
+            .map_or("all callers".to_owned(), |p| format!("callers '{p}*'"))
+    };
     let verdict = |check: String, measured: String, pass: bool| Verdict {
         phase: phase.to_owned(),
         check,
@@ -317,7 +341,11 @@ fn check(
     match inv {
         Invariant::Answered { callers, min } => {
             let s = select(r, callers.as_deref(), interval).summary(r.elapsed);
-            verdict(format!("{} get at least {min} answers", who(callers)), format!("{} answered", s.ok), s.ok >= *min)
+            verdict(
+                format!("{} get at least {min} answers", who(callers)),
+                format!("{} answered", s.ok),
+                s.ok >= *min,
+            )
         }
         Invariant::ErrorShare { callers, max } => {
             let s = select(r, callers.as_deref(), interval).summary(r.elapsed);
@@ -327,16 +355,32 @@ fn check(
                 s.requests > 0 && s.error_share <= *max,
             )
         }
-        Invariant::ErrorKindShare { callers, error, min, max } => {
+        Invariant::ErrorKindShare {
+            callers,
+            error,
+            min,
+            max,
+        } => {
             let s = select(r, callers.as_deref(), interval).summary(r.elapsed);
             let share = s.error_kind_share(error);
             verdict(
-                format!("{}: share of {error} within [{}, {}]", who(callers), min.unwrap_or(0.0), max.unwrap_or(1.0)),
+                format!(
+                    "{}: share of {error} within [{}, {}]",
+                    who(callers),
+                    min.unwrap_or(0.0),
+                    max.unwrap_or(1.0)
+                ),
                 format!("{share:.4} of {}", s.requests),
                 s.requests > 0 && min.is_none_or(|m| share >= m) && max.is_none_or(|m| share <= m),
             )
         }
-        Invariant::VersionShare { callers, version, expect, tolerance, before_action } => {
+        Invariant::VersionShare {
+            callers,
+            version,
+            expect,
+            tolerance,
+            before_action,
+        } => {
             let rec = select(r, callers.as_deref(), interval);
             let s = rec.summary(r.elapsed);
             let cutoff = before_action.as_ref().and_then(|a| actions.get(a)).copied();
@@ -345,20 +389,32 @@ fn check(
                 .iter()
                 .filter(|p| cutoff.is_none_or(|c| p.t_s <= c.as_secs_f64()))
                 .fold((0u64, 0u64), |(n, t), p| {
-                    (n + p.versions.get(version).copied().unwrap_or(0), t + p.versions.values().sum::<u64>())
+                    (
+                        n + p.versions.get(version).copied().unwrap_or(0),
+                        t + p.versions.values().sum::<u64>(),
+                    )
                 });
             let share = if total == 0 { 0.0 } else { n as f64 / total as f64 };
-            figures.insert(format!("{phase}: share of version {version}"), format!("{share:.4} of {total} answers"));
+            figures.insert(
+                format!("{phase}: share of version {version}"),
+                format!("{share:.4} of {total} answers"),
+            );
             verdict(
                 format!(
                     "share of answers from version {version}{} is {expect} ± {tolerance}",
-                    before_action.as_ref().map_or(String::new(), |a| format!(" before '{a}'"))
+                    before_action
+                        .as_ref()
+                        .map_or(String::new(), |a| format!(" before '{a}'"))
                 ),
                 format!("{share:.4} of {total}"),
                 total > 0 && (share - expect).abs() <= *tolerance,
             )
         }
-        Invariant::VersionGone { version, after_action, settle } => {
+        Invariant::VersionGone {
+            version,
+            after_action,
+            settle,
+        } => {
             let Some(at) = actions.get(after_action) else {
                 return verdict(
                     format!("version {version} gone after '{after_action}'"),
@@ -370,7 +426,12 @@ fn check(
             let last = s.version_last_seen_s.get(version).copied();
             let cut = at.as_secs_f64() + settle.0.as_secs_f64();
             // Answers after the settle time: the check means something only if the load went on.
-            let later: u64 = s.timeline.iter().filter(|p| p.t_s - interval.as_secs_f64() >= cut).map(|p| p.ok).sum();
+            let later: u64 = s
+                .timeline
+                .iter()
+                .filter(|p| p.t_s - interval.as_secs_f64() >= cut)
+                .map(|p| p.ok)
+                .sum();
             if let Some(last) = last {
                 figures.insert(
                     format!("{phase}: version {version} last answered after '{after_action}'"),
@@ -378,7 +439,10 @@ fn check(
                 );
             }
             verdict(
-                format!("no answer from version {version} later than {:.1} s after '{after_action}'", settle.0.as_secs_f64()),
+                format!(
+                    "no answer from version {version} later than {:.1} s after '{after_action}'",
+                    settle.0.as_secs_f64()
+                ),
                 format!(
                     "last answer from {version} at {}, edit at {:.2} s; {later} answers after the settle time",
                     last.map_or("never".into(), |l| format!("{l:.2} s")),

@@ -328,7 +328,10 @@ impl Case {
             if let Some(p) = path
                 && !dir.join(p).exists()
             {
-                problems.push(format!("{what}: {} does not exist (paths are relative to the case folder)", p.display()));
+                problems.push(format!(
+                    "{what}: {} does not exist (paths are relative to the case folder)",
+                    p.display()
+                ));
             }
         }
         if self.phases.is_empty() {
@@ -344,11 +347,15 @@ impl Case {
             }
             for (mode, b) in [("full", p.bounds(false)), ("smoke", p.bounds(true))] {
                 if b.duration.is_none() && b.requests.is_none() {
-                    problems.push(format!("{at}: {mode} run has neither duration nor requests; set one"));
+                    problems.push(format!(
+                        "{at}: {mode} run has neither duration nor requests; set one"
+                    ));
                 }
             }
             if p.smoke.is_none() {
-                problems.push(format!("{at}: no `smoke:` bounds; `make test` runs every case in seconds"));
+                problems.push(format!(
+                    "{at}: no `smoke:` bounds; `make test` runs every case in seconds"
+                ));
             }
             if p.callers.is_empty() {
                 problems.push(format!("{at}: no callers"));
@@ -358,7 +365,10 @@ impl Case {
                     problems.push(format!("{at}: caller '{}' sets both rate (open loop) and concurrency (closed loop); keep one", c.name));
                 }
                 if c.rate.is_some_and(|r| !r.is_finite() || r <= 0.0) {
-                    problems.push(format!("{at}: caller '{}': rate must be a number above 0", c.name));
+                    problems.push(format!(
+                        "{at}: caller '{}': rate must be a number above 0",
+                        c.name
+                    ));
                 }
             }
             for a in &p.actions {
@@ -375,10 +385,16 @@ impl Case {
                 }
             }
             for inv in &p.invariants {
-                if let Invariant::VersionGone { after_action, .. } | Invariant::VersionShare { before_action: Some(after_action), .. } = inv
+                if let Invariant::VersionGone { after_action, .. }
+                | Invariant::VersionShare {
+                    before_action: Some(after_action),
+                    ..
+                } = inv
                     && !p.actions.iter().any(|a| a.name.as_deref() == Some(after_action))
                 {
-                    problems.push(format!("{at}: an invariant names action '{after_action}', which the phase does not have"));
+                    problems.push(format!(
+                        "{at}: an invariant names action '{after_action}', which the phase does not have"
+                    ));
                 }
             }
         }
@@ -386,11 +402,18 @@ impl Case {
         for c in &self.compare {
             for side in [&c.base, &c.other] {
                 if !names.contains(&side.as_str()) {
-                    problems.push(format!("compare '{}': no phase named '{side}' (phases: {names:?})", c.name));
+                    problems.push(format!(
+                        "compare '{}': no phase named '{side}' (phases: {names:?})",
+                        c.name
+                    ));
                 }
             }
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
     }
 }
 
@@ -400,7 +423,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic())?);
     let n: f64 = num.trim().parse().ok()?;
     // Duration::from_secs_f64 panics on negative, NaN or huge values: a day is plenty for a load test.
-    if !n.is_finite() || n < 0.0 || n > 86_400.0 * 60.0 {
+    if !n.is_finite() || !(0.0..=86_400.0 * 60.0).contains(&n) {
         return None;
     }
     let secs = match unit {
@@ -415,9 +438,9 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_duration(&s)
-            .map(Dur)
-            .ok_or_else(|| serde::de::Error::custom(format!("'{s}' is not a duration: write 250ms, 2s, 1.5s or 1m")))
+        parse_duration(&s).map(Dur).ok_or_else(|| {
+            serde::de::Error::custom(format!("'{s}' is not a duration: write 250ms, 2s, 1.5s or 1m"))
+        })
     }
 }
 
@@ -430,9 +453,9 @@ impl<'de> Deserialize<'de> for At {
                 _ => Err(serde::de::Error::custom(format!("'{s}': a share is 0% .. 100%"))),
             };
         }
-        parse_duration(&s)
-            .map(At::After)
-            .ok_or_else(|| serde::de::Error::custom(format!("'{s}' is neither a duration (2s) nor a share (40%)")))
+        parse_duration(&s).map(At::After).ok_or_else(|| {
+            serde::de::Error::custom(format!("'{s}' is neither a duration (2s) nor a share (40%)"))
+        })
     }
 }
 
@@ -490,7 +513,14 @@ phases:
         let case: Case = serde_saphyr::from_str(text).unwrap();
         let problems = case.validate(Path::new("/nonexistent")).unwrap_err();
         let all = problems.join("\n");
-        for needle in ["pod.models", "pod.routes is not set", "neither duration", "smoke", "keep one", "'rollback'"] {
+        for needle in [
+            "pod.models",
+            "pod.routes is not set",
+            "neither duration",
+            "smoke",
+            "keep one",
+            "'rollback'",
+        ] {
             assert!(all.contains(needle), "missing {needle}: {all}");
         }
     }
