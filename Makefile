@@ -16,7 +16,7 @@ export INFERGATE_PYTHON := $(VENV)/bin/python
 export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run test deps venv build build-release lint test-rust test-python bench clean supply-chain fuzz-smoke fuzz
+.PHONY: help run test deps venv build build-release build-bench lint test-rust test-python test-load bench clean supply-chain fuzz-smoke fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -24,7 +24,7 @@ help: ## list the targets
 run: deps build-release ## start the backend and the gateway on deploy/local (the example)
 	scripts/run-local.sh "$(TARGET_DIR)/release"
 
-test: deps venv lint supply-chain test-rust test-python fuzz-smoke ## everything: formatting, lints, supply chain, Rust tests, client tests, fuzz smoke
+test: deps venv lint supply-chain test-rust test-python test-load fuzz-smoke ## everything: formatting, lints, supply chain, Rust tests, client tests, scenario smokes, fuzz smoke
 	@echo "==> all tests passed"
 
 deps: ## install missing system packages (asks apt; uses sudo when not root)
@@ -64,8 +64,18 @@ fuzz-smoke: ## every fuzz target for a few seconds from its committed seeds
 fuzz: ## every fuzz target for FUZZ_SECONDS each (default 600)
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} scripts/fuzz.sh
 
-bench: deps venv build-release ## benchmarks side by side with their peers; figures go to docs/benchmarks.md
-	scripts/bench.sh "$(TARGET_DIR)/release"
+test-load: build ## every scenario of loadtests/cases/ in seconds: invariants only, never timings
+	@echo "==> infergate-load run loadtests/cases --smoke"
+	"$(TARGET_DIR)/debug/infergate-load" run loadtests/cases --smoke --quiet \
+	  --bin-dir "$(TARGET_DIR)/debug" --out "$(TARGET_DIR)/loadtests-smoke"
+
+build-bench: ## the binaries figures are taken with (profile release-lto: fat LTO, as the images)
+	$(CARGO) build --workspace --profile release-lto --bins
+
+bench: deps venv build-bench ## the scenarios, then the peers side by side; figures go to docs/benchmarks.md
+	"$(TARGET_DIR)/release-lto/infergate-load" run loadtests/cases \
+	  --bin-dir "$(TARGET_DIR)/release-lto" --out "$(TARGET_DIR)/loadtests"
+	scripts/bench.sh "$(TARGET_DIR)/release-lto"
 
 clean: ## remove build outputs (the venv stays; delete $(CACHE) to drop it)
 	$(CARGO) clean

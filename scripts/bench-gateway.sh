@@ -19,11 +19,11 @@
 # latency at a fixed rate of half the best plain peer's max (same worker count) over 16 connections, and the
 # proxy's CPU time per request at that rate; p50 latency at 200 and at 1,000 req/s over one connection and what
 # the proxy adds to it over going direct (on this VM the 200 req/s figure is mostly what the hops that land on the
-# other, idle vCPU cost, and a proxy adds two hops: docs/benchmarks.md, ## gateway, runs 17-18). The latencies are
+# other, idle vCPU cost, and a proxy adds two hops: docs/benchmarks-history.md, gateway, *a quiet host, and light load on one CPU*). The latencies are
 # medians of BENCH_LAT_REPEAT rounds (default 3) taken in turn across the targets. The same p50 at 200 req/s
 # with h2load, the target and the upstream all held on CPU 0 (taskset, every thread; put back afterwards): no
-# hop then lands on the other vCPU, so "added" is the proxy's own share of the round trip (since run 18). RSS idle
-# and peak: VmRSS / VmHWM summed over the proxy's processes. Last column (one-worker targets, since run 23): max
+# hop then lands on the other vCPU, so "added" is the proxy's own share of the round trip . RSS idle
+# and peak: VmRSS / VmHWM summed over the proxy's processes. Last column (one-worker targets): max
 # req/s again with the proxy alone on CPU 0 and the upstream and h2load on CPU 1, as a sidecar with a dedicated
 # core runs, so the scheduler's placement of woken threads does not decide the figure.
 #
@@ -53,7 +53,7 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 tmp="$(mktemp -d)"
 # The gateway watches its routes file's folder; h2load's per-request latency log goes elsewhere (in the same
 # folder, every line it wrote woke the gateway's file watcher: ≈ 4.6 µs of gateway CPU per request, see
-# docs/benchmarks.md, ## gateway, run 6).
+# docs/benchmarks-history.md, gateway, *the file watcher off the request path*).
 mkdir "$tmp/conf"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
@@ -228,7 +228,7 @@ pin_apart() { # target: the target on CPU 0, the upstream on CPU 1
 # upstream and h2load on CPU 1, the targets taken in turn as above. Unpinned, the scheduler puts a thread woken by
 # a socket write on the writer's CPU whenever the other CPU is busy at that moment, so the load generator or the
 # upstream often waits behind the proxy while the other CPU idles; how much depends on how the three happen to
-# interleave, not only on the proxy's work (docs/benchmarks.md, ## gateway, runs 21–23). Pinned, each proxy is
+# interleave, not only on the proxy's work (docs/benchmarks-history.md, gateway, *where the idle time goes*). Pinned, each proxy is
 # measured as a sidecar with a dedicated core would run.
 declare -A PRUNS
 PTARGETS=()

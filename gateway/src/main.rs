@@ -13,8 +13,8 @@ use infergate_gateway::reload::content_hash;
 use infergate_gateway::server::{Gateway, Overrides};
 
 /// mimalloc rather than glibc's allocator: a request's few allocations (futures of 1–3 KB among them, past
-/// glibc's per-thread cache) cost ≈ 900 instructions less per proxied request (docs/benchmarks.md, ## gateway,
-/// run 12). Without transparent huge pages (`no_thp`), which doubled the idle RSS.
+/// glibc's per-thread cache) cost ≈ 900 instructions less per proxied request (callgrind; docs/benchmarks-history.md,
+/// gateway, *the request handed over before its future is made*). Without transparent huge pages (`no_thp`), which doubled the idle RSS.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

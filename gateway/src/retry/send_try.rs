@@ -2,8 +2,8 @@
 //!
 //! Every tower `Service` is one (readiness, then `call`). The pipeline's upstream sender implements it
 //! directly with an `async fn`, so a try is awaited in place: as a tower service its future had to be named,
-//! so it was boxed — one allocation of 2.8 KB and a copy of it on every request (callgrind, run 12 in
-//! docs/benchmarks.md).
+//! so it was boxed — one allocation of 2.8 KB and a copy of it on every request (callgrind; docs/benchmarks-history.md,
+//! gateway, *the request handed over before its future is made*).
 
 use std::future::Future;
 

@@ -143,7 +143,8 @@ impl Pool {
     /// connection is pooled. The request is consumed before the future is made (on a pooled connection,
     /// encoded for HTTP/1.1, its stream opened for HTTP/2), so the future holds only the exchange: it is moved
     /// on every await of the callers', and carrying the request (240 bytes) through every layer copied it
-    /// over and over (callgrind, docs/benchmarks.md, runs 12–14). The futures are built with combinators, not
+    /// over and over (callgrind of `scripts/bench-gateway.sh`'s load; docs/benchmarks-history.md, gateway, *the request handed
+    /// over before its future is made*). The futures are built with combinators, not
     /// `async` blocks awaiting them: a block holds a future it captured twice (as the value captured and as
     /// the one awaited), doubling the size at every layer.
     pub(crate) fn send<'a>(

@@ -1,0 +1,533 @@
+//! The `case.yaml` format: what a scenario starts, the phases of load it runs, and the invariants they keep.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::client::Protocol;
+use crate::load::{CallerSpec, Pace};
+use crate::payload::PayloadKind;
+
+/// A scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// What the case shows, in a sentence.
+    pub description: String,
+    /// The processes to start.
+    pub pod: PodFiles,
+    /// The phases, run in order against the same pod.
+    pub phases: Vec<Phase>,
+    /// Figures compared across phases (printed and written; never asserted).
+    #[serde(default)]
+    pub compare: Vec<Compare>,
+}
+
+/// The pod's files, relative to the case folder.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodFiles {
+    /// The backend's model repository; no backend when absent.
+    #[serde(default)]
+    pub models: Option<PathBuf>,
+    /// Extra backend flags (for example `--model-control-mode=explicit`).
+    #[serde(default)]
+    pub backend_args: Vec<String>,
+    /// The gateway's routes template; no gateway when absent.
+    #[serde(default)]
+    pub routes: Option<PathBuf>,
+    /// Gateway data workers (default: one per core).
+    #[serde(default)]
+    pub gateway_workers: Option<u16>,
+}
+
+/// Which process a phase loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// The gateway's data port.
+    Gateway,
+    /// The backend directly (its REST or gRPC port, by protocol).
+    Backend,
+}
+
+/// One phase of load.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// Its name (file names of its outputs).
+    pub name: String,
+    /// Gateway or backend.
+    pub target: Side,
+    /// Wire protocol.
+    pub protocol: Protocol,
+    /// The model the requests name.
+    pub model: String,
+    /// REST body encoding (default JSON).
+    #[serde(default)]
+    pub payload: PayloadKind,
+    /// Samples per request when the model's first dimension is variable (default 1).
+    #[serde(default = "one")]
+    pub batch: usize,
+    /// Replay the request files of this folder instead of building requests from metadata.
+    #[serde(default)]
+    pub replay: Option<PathBuf>,
+    /// Routes template written before this phase starts (waits for the gateway to load it).
+    #[serde(default)]
+    pub routes: Option<PathBuf>,
+    /// The callers.
+    pub callers: Vec<CallerGroup>,
+    /// Warm-up, not recorded.
+    #[serde(default)]
+    pub warmup: Dur,
+    /// Measured time.
+    #[serde(default)]
+    pub duration: Option<Dur>,
+    /// Measured requests.
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Bounds for `--smoke` runs (seconds each, invariants only).
+    #[serde(default)]
+    pub smoke: Option<SmokeBounds>,
+    /// Per-request timeout (default 10 s).
+    #[serde(default = "ten_seconds")]
+    pub timeout: Dur,
+    /// Timeline step (default 250 ms).
+    #[serde(default = "quarter_second")]
+    pub interval: Dur,
+    /// Configured share per version in percent, drawn beside the measured shares.
+    #[serde(default)]
+    pub weights: Option<BTreeMap<String, f64>>,
+    /// Routes edits during the load.
+    #[serde(default)]
+    pub actions: Vec<ActionSpec>,
+    /// What must hold.
+    #[serde(default)]
+    pub invariants: Vec<Invariant>,
+}
+
+/// Smoke bounds of a phase.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmokeBounds {
+    /// Warm-up.
+    #[serde(default)]
+    pub warmup: Dur,
+    /// Measured time.
+    #[serde(default)]
+    pub duration: Option<Dur>,
+    /// Measured requests.
+    #[serde(default)]
+    pub requests: Option<u64>,
+}
+
+/// The bounds a phase runs with.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Warm-up.
+    pub warmup: Duration,
+    /// Measured time.
+    pub duration: Option<Duration>,
+    /// Measured requests.
+    pub requests: Option<u64>,
+}
+
+/// A group of callers with the same pace: `name` alone, or `name-0` .. `name-{count-1}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallerGroup {
+    /// `x-caller-id` (with `-i` appended when `count` > 1).
+    pub name: String,
+    /// How many callers.
+    #[serde(default = "one_u32")]
+    pub count: u32,
+    /// Closed loop: requests in flight per caller.
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    /// Open loop: requests per second per caller.
+    #[serde(default)]
+    pub rate: Option<f64>,
+}
+
+/// A routes edit during the load: once (`at`) or repeatedly (`every`, cycling through `routes`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpec {
+    /// Names the edit, for invariants and figures (`after_action: rollback`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// When, after the measured start: `5s` or a share of the duration, `40%`.
+    #[serde(default)]
+    pub at: Option<At>,
+    /// Repeat every so often until the end.
+    #[serde(default)]
+    pub every: Option<Dur>,
+    /// Routes templates written in turn.
+    #[serde(deserialize_with = "one_or_many")]
+    pub routes: Vec<PathBuf>,
+}
+
+/// A point in a phase: absolute, or a share of its duration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum At {
+    /// After this long.
+    After(Duration),
+    /// After this share (0..1) of the duration.
+    Share(f64),
+}
+
+impl At {
+    /// The offset within a measured time of `span`.
+    pub fn within(self, span: Duration) -> Duration {
+        match self {
+            At::After(d) => d,
+            At::Share(f) => span.mul_f64(f),
+        }
+    }
+}
+
+/// What a phase must keep. `callers` selects callers by name prefix (all when absent).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Invariant {
+    /// At least `min` answers.
+    Answered {
+        /// Caller prefix.
+        #[serde(default)]
+        callers: Option<String>,
+        /// Fewest answers.
+        min: u64,
+    },
+    /// Failed share at most `max`.
+    ErrorShare {
+        /// Caller prefix.
+        #[serde(default)]
+        callers: Option<String>,
+        /// Largest failed share.
+        max: f64,
+    },
+    /// The share of one failure kind (`status_429`, `grpc_8`, `connect`, `timeout`, `io`) within bounds.
+    ErrorKindShare {
+        /// Caller prefix.
+        #[serde(default)]
+        callers: Option<String>,
+        /// The kind.
+        error: String,
+        /// Smallest share.
+        #[serde(default)]
+        min: Option<f64>,
+        /// Largest share.
+        #[serde(default)]
+        max: Option<f64>,
+    },
+    /// The share of answers from one model version is `expect` ± `tolerance` (before an action, if named).
+    VersionShare {
+        /// Caller prefix.
+        #[serde(default)]
+        callers: Option<String>,
+        /// The version.
+        version: String,
+        /// Expected share (0..1).
+        expect: f64,
+        /// Allowed difference.
+        tolerance: f64,
+        /// Count only answers before this action.
+        #[serde(default)]
+        before_action: Option<String>,
+    },
+    /// No answer from a version later than `settle` after an action (and the load went on past it).
+    VersionGone {
+        /// The version.
+        version: String,
+        /// The action.
+        after_action: String,
+        /// Time allowed for the edit to take effect (file watch, debounce, requests in flight).
+        settle: Dur,
+    },
+}
+
+/// A comparison of two phases (figures only).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compare {
+    /// Its name in the output.
+    pub name: String,
+    /// The reference phase.
+    pub base: String,
+    /// The phase compared with it.
+    pub other: String,
+    /// Caller prefix.
+    #[serde(default)]
+    pub callers: Option<String>,
+}
+
+/// A duration written `250ms`, `2s`, `1.5s` or `1m`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Dur(pub Duration);
+
+fn one() -> usize {
+    1
+}
+fn one_u32() -> u32 {
+    1
+}
+fn ten_seconds() -> Dur {
+    Dur(Duration::from_secs(10))
+}
+fn quarter_second() -> Dur {
+    Dur(Duration::from_millis(250))
+}
+
+impl CallerGroup {
+    /// The callers of the group.
+    pub fn expand(&self) -> Vec<CallerSpec> {
+        let pace = match (self.concurrency, self.rate) {
+            (_, Some(rate)) => Pace::Open { rate },
+            (Some(concurrency), None) => Pace::Closed { concurrency },
+            (None, None) => Pace::Closed { concurrency: 1 },
+        };
+        (0..self.count.max(1))
+            .map(|i| CallerSpec {
+                name: if self.count > 1 {
+                    format!("{}-{i}", self.name)
+                } else {
+                    self.name.clone()
+                },
+                pace,
+            })
+            .collect()
+    }
+}
+
+impl Phase {
+    /// Full or smoke bounds.
+    pub fn bounds(&self, smoke: bool) -> Bounds {
+        match (&self.smoke, smoke) {
+            (Some(s), true) => Bounds {
+                warmup: s.warmup.0,
+                duration: s.duration.map(|d| d.0),
+                requests: s.requests,
+            },
+            _ => Bounds {
+                warmup: self.warmup.0,
+                duration: self.duration.map(|d| d.0),
+                requests: self.requests,
+            },
+        }
+    }
+}
+
+impl Case {
+    /// Every problem with the case, each naming the phase and the fix.
+    pub fn validate(&self, dir: &Path) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        for (what, path) in [("pod.models", &self.pod.models), ("pod.routes", &self.pod.routes)] {
+            if let Some(p) = path
+                && !dir.join(p).exists()
+            {
+                problems.push(format!(
+                    "{what}: {} does not exist (paths are relative to the case folder)",
+                    p.display()
+                ));
+            }
+        }
+        if self.phases.is_empty() {
+            problems.push("phases: none; a case runs at least one phase".into());
+        }
+        for p in &self.phases {
+            let at = format!("phase '{}'", p.name);
+            if p.target == Side::Gateway && self.pod.routes.is_none() {
+                problems.push(format!("{at}: targets the gateway but pod.routes is not set"));
+            }
+            if p.target == Side::Backend && self.pod.models.is_none() {
+                problems.push(format!("{at}: targets the backend but pod.models is not set"));
+            }
+            for (mode, b) in [("full", p.bounds(false)), ("smoke", p.bounds(true))] {
+                if b.duration.is_none() && b.requests.is_none() {
+                    problems.push(format!(
+                        "{at}: {mode} run has neither duration nor requests; set one"
+                    ));
+                }
+            }
+            if p.smoke.is_none() {
+                problems.push(format!(
+                    "{at}: no `smoke:` bounds; `make test` runs every case in seconds"
+                ));
+            }
+            if p.callers.is_empty() {
+                problems.push(format!("{at}: no callers"));
+            }
+            for c in &p.callers {
+                if c.rate.is_some() && c.concurrency.is_some() {
+                    problems.push(format!("{at}: caller '{}' sets both rate (open loop) and concurrency (closed loop); keep one", c.name));
+                }
+                if c.rate.is_some_and(|r| !r.is_finite() || r <= 0.0) {
+                    problems.push(format!(
+                        "{at}: caller '{}': rate must be a number above 0",
+                        c.name
+                    ));
+                }
+            }
+            for a in &p.actions {
+                if a.at.is_some() == a.every.is_some() {
+                    problems.push(format!("{at}: an action sets exactly one of `at` and `every`"));
+                }
+                if a.routes.is_empty() {
+                    problems.push(format!("{at}: an action has no routes file"));
+                }
+                for r in &a.routes {
+                    if !dir.join(r).is_file() {
+                        problems.push(format!("{at}: routes file {} does not exist", r.display()));
+                    }
+                }
+            }
+            for inv in &p.invariants {
+                if let Invariant::VersionGone { after_action, .. }
+                | Invariant::VersionShare {
+                    before_action: Some(after_action),
+                    ..
+                } = inv
+                    && !p.actions.iter().any(|a| a.name.as_deref() == Some(after_action))
+                {
+                    problems.push(format!(
+                        "{at}: an invariant names action '{after_action}', which the phase does not have"
+                    ));
+                }
+            }
+        }
+        let names: Vec<&str> = self.phases.iter().map(|p| p.name.as_str()).collect();
+        for c in &self.compare {
+            for side in [&c.base, &c.other] {
+                if !names.contains(&side.as_str()) {
+                    problems.push(format!(
+                        "compare '{}': no phase named '{side}' (phases: {names:?})",
+                        c.name
+                    ));
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// Parses `250ms`, `2s`, `1.5s`, `1m`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic())?);
+    let n: f64 = num.trim().parse().ok()?;
+    // Duration::from_secs_f64 panics on negative, NaN or huge values: a day is plenty for a load test.
+    if !n.is_finite() || !(0.0..=86_400.0 * 60.0).contains(&n) {
+        return None;
+    }
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(secs))
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s).map(Dur).ok_or_else(|| {
+            serde::de::Error::custom(format!("'{s}' is not a duration: write 250ms, 2s, 1.5s or 1m"))
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for At {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if let Some(p) = s.trim().strip_suffix('%') {
+            return match p.trim().parse::<f64>() {
+                Ok(f) if (0.0..=100.0).contains(&f) => Ok(At::Share(f / 100.0)),
+                _ => Err(serde::de::Error::custom(format!("'{s}': a share is 0% .. 100%"))),
+            };
+        }
+        parse_duration(&s).map(At::After).ok_or_else(|| {
+            serde::de::Error::custom(format!("'{s}' is neither a duration (2s) nor a share (40%)"))
+        })
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(PathBuf),
+    Many(Vec<PathBuf>),
+}
+
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(p) => vec![p],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_shares_parse_and_bad_ones_name_the_form() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("5"), None);
+        assert_eq!(parse_duration("5h"), None);
+        let a: At = serde_saphyr::from_str("40%").unwrap();
+        assert_eq!(a.within(Duration::from_secs(10)), Duration::from_secs(4));
+        let e = serde_saphyr::from_str::<Dur>("ten").unwrap_err();
+        assert!(e.to_string().contains("250ms"), "{e}");
+    }
+
+    #[test]
+    fn a_case_with_problems_lists_them_all() {
+        let text = r#"
+description: x
+pod: { models: nowhere }
+phases:
+  - name: p
+    target: gateway
+    protocol: http1
+    model: m
+    callers: [{ name: c, rate: 5, concurrency: 2 }]
+    invariants:
+      - { kind: version_gone, version: "2", after_action: rollback, settle: 1s }
+"#;
+        let case: Case = serde_saphyr::from_str(text).unwrap();
+        let problems = case.validate(Path::new("/nonexistent")).unwrap_err();
+        let all = problems.join("\n");
+        for needle in [
+            "pod.models",
+            "pod.routes is not set",
+            "neither duration",
+            "smoke",
+            "keep one",
+            "'rollback'",
+        ] {
+            assert!(all.contains(needle), "missing {needle}: {all}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let text = "description: x\npod: {}\nphases: []\nextra: 1\n";
+        assert!(serde_saphyr::from_str::<Case>(text).is_err());
+    }
+}

@@ -1,0 +1,279 @@
+//! The protocols the load speaks: HTTP/1.1 and h2c (hyper's pooled client) and gRPC (tonic, the
+//! `inference.GRPCInferenceService` client of `infergate-protocol`). Each call returns an [`Outcome`]: the model
+//! version that answered, or the kind of failure.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use infergate_protocol::grpc::pb;
+use infergate_protocol::grpc::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use infergate_protocol::{DataType, ModelMetadata, TensorMetadata};
+use serde::Deserialize;
+use thiserror::Error;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::payload::Payload;
+use crate::record::{ErrorKind, Outcome};
+use crate::target::Target;
+
+/// The wire protocol of the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// KServe V2 REST over HTTP/1.1 (a pool of connections).
+    Http1,
+    /// KServe V2 REST over HTTP/2 with prior knowledge (one multiplexed connection).
+    H2c,
+    /// KServe V2 gRPC over h2c.
+    Grpc,
+}
+
+/// Why a client could not start or fetch metadata.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The metadata request failed.
+    #[error("GET {uri}: {reason} (is the server up, and does it serve model '{model}'?)")]
+    Metadata {
+        /// What was asked.
+        uri: String,
+        /// Model.
+        model: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A client for one target and protocol; cheap to clone (connections are shared).
+#[derive(Clone)]
+pub struct Client {
+    inner: Inner,
+    target: Target,
+    timeout: Duration,
+}
+
+#[derive(Clone)]
+enum Inner {
+    Rest(HyperClient<HttpConnector, Full<Bytes>>),
+    Grpc(GrpcInferenceServiceClient<Channel>),
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    #[serde(default)]
+    model_version: Option<String>,
+}
+
+impl Client {
+    /// A client that connects lazily to `target`; each request gives up after `timeout`.
+    pub fn new(target: Target, protocol: Protocol, timeout: Duration) -> Self {
+        let inner = match protocol {
+            Protocol::Http1 | Protocol::H2c => {
+                let mut connector = HttpConnector::new();
+                connector.set_nodelay(true);
+                connector.set_connect_timeout(Some(timeout));
+                let mut builder = HyperClient::builder(TokioExecutor::new());
+                builder.pool_idle_timeout(Duration::from_secs(30));
+                if protocol == Protocol::H2c {
+                    builder.http2_only(true);
+                }
+                Inner::Rest(builder.build(connector))
+            }
+            Protocol::Grpc => {
+                let channel = Endpoint::from(
+                    http::Uri::builder()
+                        .scheme("http")
+                        .authority(target.addr.to_string())
+                        .path_and_query("/")
+                        .build()
+                        // A SocketAddr always forms a valid authority.
+                        .unwrap_or_default(),
+                )
+                .connect_timeout(timeout)
+                .tcp_nodelay(true)
+                .connect_lazy();
+                Inner::Grpc(
+                    GrpcInferenceServiceClient::new(channel)
+                        .max_decoding_message_size(usize::MAX)
+                        .max_encoding_message_size(usize::MAX),
+                )
+            }
+        };
+        Self {
+            inner,
+            target,
+            timeout,
+        }
+    }
+
+    /// The model's metadata, over the client's own protocol.
+    pub async fn metadata(&self, model: &str) -> Result<ModelMetadata, ClientError> {
+        let uri = format!("{}/v2/models/{model}", self.target.base_uri());
+        let fail = |reason: String| ClientError::Metadata {
+            uri: uri.clone(),
+            model: model.to_owned(),
+            reason,
+        };
+        match &self.inner {
+            Inner::Rest(client) => {
+                let req = Request::get(&uri)
+                    .body(Full::new(Bytes::new()))
+                    .map_err(|e| fail(e.to_string()))?;
+                let resp = tokio::time::timeout(self.timeout, client.request(req))
+                    .await
+                    .map_err(|_| fail("timed out".into()))?
+                    .map_err(|e| fail(chain(&e)))?;
+                let status = resp.status();
+                let body = resp
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| fail(e.to_string()))?
+                    .to_bytes();
+                if status != StatusCode::OK {
+                    return Err(fail(format!(
+                        "status {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    )));
+                }
+                serde_json::from_slice(&body).map_err(|e| fail(format!("not model metadata: {e}")))
+            }
+            Inner::Grpc(client) => {
+                let mut client = client.clone();
+                let resp = tokio::time::timeout(
+                    self.timeout,
+                    client.model_metadata(pb::ModelMetadataRequest {
+                        name: model.to_owned(),
+                        version: String::new(),
+                    }),
+                )
+                .await
+                .map_err(|_| fail("timed out".into()))?
+                .map_err(|s| fail(format!("gRPC {:?}: {}", s.code(), s.message())))?
+                .into_inner();
+                let tensors = |ts: Vec<pb::model_metadata_response::TensorMetadata>| {
+                    ts.into_iter()
+                        .map(|t| {
+                            Ok(TensorMetadata {
+                                datatype: t.datatype.parse::<DataType>().map_err(|e| fail(e.to_string()))?,
+                                name: t.name,
+                                shape: t.shape,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, ClientError>>()
+                };
+                Ok(ModelMetadata {
+                    name: resp.name,
+                    versions: resp.versions,
+                    platform: resp.platform,
+                    inputs: tensors(resp.inputs)?,
+                    outputs: tensors(resp.outputs)?,
+                })
+            }
+        }
+    }
+
+    /// Sends the `i`-th request of `payload` as `caller`.
+    pub async fn infer(&self, payload: &Payload, i: u64, caller: &HeaderValue) -> Outcome {
+        match tokio::time::timeout(self.timeout, self.infer_inner(payload, i, caller)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::Err(ErrorKind::Timeout),
+        }
+    }
+
+    async fn infer_inner(&self, payload: &Payload, i: u64, caller: &HeaderValue) -> Outcome {
+        match &self.inner {
+            Inner::Rest(client) => {
+                let body = payload.rest(i);
+                let uri = format!("{}/v2/models/{}/infer", self.target.base_uri(), payload.model);
+                let mut req = Request::builder().method(Method::POST).uri(uri);
+                req = req.header("x-caller-id", caller.clone());
+                req = match body.header_len {
+                    Some(n) => req
+                        .header("content-type", "application/octet-stream")
+                        .header("inference-header-content-length", n),
+                    None => req.header("content-type", "application/json"),
+                };
+                let Ok(req) = req.body(Full::new(body.bytes.clone())) else {
+                    return Outcome::Err(ErrorKind::Io);
+                };
+                let resp = match client.request(req).await {
+                    Ok(r) => r,
+                    Err(e) if e.is_connect() || refused(&e) => return Outcome::Err(ErrorKind::Connect),
+                    Err(_) => return Outcome::Err(ErrorKind::Io),
+                };
+                let status = resp.status();
+                let header_len = resp
+                    .headers()
+                    .get("inference-header-content-length")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<usize>().ok());
+                let Ok(collected) = resp.into_body().collect().await else {
+                    return Outcome::Err(ErrorKind::Io);
+                };
+                if status != StatusCode::OK {
+                    return Outcome::Err(ErrorKind::Status(status.as_u16()));
+                }
+                let bytes = collected.to_bytes();
+                let head = &bytes[..header_len.unwrap_or(bytes.len()).min(bytes.len())];
+                Outcome::Ok(
+                    serde_json::from_slice::<VersionOnly>(head)
+                        .ok()
+                        .and_then(|v| v.model_version),
+                )
+            }
+            Inner::Grpc(client) => {
+                let Some(msg) = payload.grpc(i) else {
+                    return Outcome::Err(ErrorKind::Io);
+                };
+                let mut client = client.clone();
+                let mut req = tonic::Request::new(msg.clone());
+                if let Some(v) = caller
+                    .to_str()
+                    .ok()
+                    .and_then(|s| tonic::metadata::AsciiMetadataValue::try_from(s).ok())
+                {
+                    req.metadata_mut().insert("x-caller-id", v);
+                }
+                match client.model_infer(req).await {
+                    Ok(resp) => {
+                        let v = resp.into_inner().model_version;
+                        Outcome::Ok((!v.is_empty()).then_some(v))
+                    }
+                    Err(status) if refused(&status) => Outcome::Err(ErrorKind::Connect),
+                    Err(status) => Outcome::Err(ErrorKind::Grpc(status.code() as i32)),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the error's causes include a refused connection.
+fn refused(e: &(dyn StdError + 'static)) -> bool {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn chain(e: &(dyn StdError + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(err) = cur {
+        out.push_str(": ");
+        out.push_str(&err.to_string());
+        cur = err.source();
+    }
+    out
+}

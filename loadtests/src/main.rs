@@ -1,0 +1,336 @@
+//! `infergate-load`: `bench` sends load to an address and reports; `run` runs scenarios from `loadtests/cases/`
+//! and checks their invariants.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use infergate_loadtests::case::{self, RunOptions, spec::parse_duration};
+use infergate_loadtests::load::{self, CallerSpec, LoadPlan, Pace};
+use infergate_loadtests::report::Report;
+use infergate_loadtests::{Client, Payload, PayloadKind, Protocol, Target, plot, pod};
+
+/// Load generator and scenario runner for infergate (and any KServe V2 server).
+#[derive(Debug, Parser)]
+#[command(name = "infergate-load", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Send load to one address and report latency percentiles, errors by kind and the versions that answered.
+    Bench(Box<BenchArgs>),
+    /// Run scenarios (folders with a case.yaml, or folders of them) and check their invariants.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// IP:PORT (or localhost:PORT) to load; only this address is connected to.
+    #[arg(long)]
+    target: String,
+    /// Wire protocol.
+    #[arg(long, value_enum, default_value = "http1")]
+    protocol: Protocol,
+    /// Model name.
+    #[arg(long)]
+    model: String,
+    /// REST body encoding, built from the model's metadata.
+    #[arg(long, value_enum, default_value = "json")]
+    payload: PayloadKind,
+    /// Replay the *.json / *.bin request bodies of this folder instead (REST only).
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// Samples per request when the first dimension is variable.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// A caller: `NAME:concurrency=N` (closed loop) or `NAME:rate=R` (open loop, requests/s); repeatable.
+    /// Without one: a caller `load-test` with --concurrency or --rate.
+    #[arg(long = "caller")]
+    callers: Vec<String>,
+    /// Requests in flight for the default caller (closed loop).
+    #[arg(long, default_value_t = 8)]
+    concurrency: u32,
+    /// Requests per second for the default caller (open loop, latency from the intended send time).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Measured time (`30s`, `2m`); with --requests, whichever ends first.
+    #[arg(long)]
+    duration: Option<String>,
+    /// Measured requests over all callers.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Warm-up before measuring (not recorded).
+    #[arg(long, default_value = "1s")]
+    warmup: String,
+    /// Per-request timeout.
+    #[arg(long, default_value = "10s")]
+    timeout: String,
+    /// Timeline step for CSV and plots.
+    #[arg(long, default_value = "1s")]
+    interval: String,
+    /// Write JSON, CSV and SVG plots into this folder.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Configured weights per version, drawn beside the measured shares: `1=90,2=10`.
+    #[arg(long)]
+    weights: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Case folders (with case.yaml), or folders holding case folders.
+    #[arg(required = true)]
+    cases: Vec<PathBuf>,
+    /// Short bounds, invariants only (what `make test` runs).
+    #[arg(long)]
+    smoke: bool,
+    /// Folder with infergate-gateway and infergate-backend (else INFERGATE_BIN_DIR).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Where logs, tables, JSON, CSV and plots go.
+    #[arg(long, default_value = "target/loadtests")]
+    out: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("INFERGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("infergate-load: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Bench(args) => bench(*args).await,
+            Command::Run(args) => run(args).await,
+        }
+    });
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("infergate-load: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    parse_duration(text)
+        .with_context(|| format!("--{flag} '{text}': write a duration such as 250ms, 10s or 2m"))
+}
+
+fn parse_caller(text: &str) -> anyhow::Result<CallerSpec> {
+    let bad = || format!("--caller '{text}': write NAME:concurrency=N or NAME:rate=R");
+    let (name, pace) = text.split_once(':').with_context(bad)?;
+    let (key, value) = pace.split_once('=').with_context(bad)?;
+    let pace = match key {
+        "concurrency" => Pace::Closed {
+            concurrency: value.parse().ok().filter(|n| *n > 0).with_context(bad)?,
+        },
+        "rate" => Pace::Open {
+            rate: value
+                .parse()
+                .ok()
+                .filter(|r: &f64| r.is_finite() && *r > 0.0)
+                .with_context(bad)?,
+        },
+        _ => bail!(bad()),
+    };
+    if name.is_empty() {
+        bail!(bad());
+    }
+    Ok(CallerSpec {
+        name: name.to_owned(),
+        pace,
+    })
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<bool> {
+    let target = Target::from_command_line(&args.target)?;
+    let timeout = duration("timeout", &args.timeout)?;
+    let interval = duration("interval", &args.interval)?;
+    let mut callers = args
+        .callers
+        .iter()
+        .map(|c| parse_caller(c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if callers.is_empty() {
+        callers.push(CallerSpec {
+            name: "load-test".into(),
+            pace: match args.rate {
+                Some(rate) if rate.is_finite() && rate > 0.0 => Pace::Open { rate },
+                Some(_) => bail!("--rate must be a number above 0"),
+                None => Pace::Closed {
+                    concurrency: args.concurrency.max(1),
+                },
+            },
+        });
+    }
+    let plan = LoadPlan {
+        callers,
+        warmup: duration("warmup", &args.warmup)?,
+        duration: args
+            .duration
+            .as_deref()
+            .map(|d| duration("duration", d))
+            .transpose()?,
+        requests: args.requests,
+        interval,
+        max_in_flight: 4096,
+    };
+    if plan.duration.is_none() && plan.requests.is_none() {
+        bail!("give --duration or --requests (or both) to bound the run");
+    }
+    let client = Client::new(target, args.protocol, timeout);
+    let payload = match &args.replay {
+        Some(dir) => Payload::replay(&args.model, dir)?,
+        None => {
+            let meta = client.metadata(&args.model).await?;
+            Payload::from_metadata(&meta, args.batch, args.payload)?
+        }
+    };
+    let start = tokio::time::Instant::now();
+    let result = load::run(client, payload, &plan, start, !args.quiet).await;
+    let report = Report {
+        name: format!("{} {}", args.model, plan_words(&plan)),
+        target: format!("{:?} {}", args.protocol, target.addr),
+        total: result.total(interval).summary(result.elapsed),
+        callers: result
+            .callers
+            .iter()
+            .map(|(k, r)| (k.clone(), r.summary(result.elapsed)))
+            .collect(),
+    };
+    print!("{}", report.table());
+    if let Some(out) = &args.out {
+        report
+            .write(out, "bench")
+            .with_context(|| format!("writing into {}", out.display()))?;
+        let weights = parse_weights(args.weights.as_deref())?;
+        for f in plot::draw(out, "bench", &report.name, &report.total, &weights)? {
+            println!("plot: {f}");
+        }
+        println!("JSON and CSV: {}", out.join("bench.{json,csv}").display());
+    }
+    Ok(true)
+}
+
+fn plan_words(plan: &LoadPlan) -> String {
+    let bound = match (plan.duration, plan.requests) {
+        (Some(d), Some(n)) => format!("{:?} or {n} requests", d),
+        (Some(d), None) => format!("{d:?}"),
+        (None, Some(n)) => format!("{n} requests"),
+        (None, None) => String::new(),
+    };
+    format!("{} caller(s), {bound}", plan.callers.len())
+}
+
+fn parse_weights(text: Option<&str>) -> anyhow::Result<BTreeMap<String, f64>> {
+    let mut out = BTreeMap::new();
+    for part in text.unwrap_or_default().split(',').filter(|p| !p.is_empty()) {
+        let (v, w) = part
+            .split_once('=')
+            .with_context(|| format!("--weights '{part}': write VERSION=WEIGHT, e.g. 1=90,2=10"))?;
+        let w: f64 = w
+            .parse()
+            .with_context(|| format!("--weights '{part}': the weight is not a number"))?;
+        out.insert(v.to_owned(), w);
+    }
+    let sum: f64 = out.values().sum();
+    if sum > 0.0 {
+        for w in out.values_mut() {
+            *w *= 100.0 / sum;
+        }
+    }
+    Ok(out)
+}
+
+/// The case folders under `path`: itself when it holds case.yaml, else its subfolders that do.
+fn case_dirs(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if path.join("case.yaml").is_file() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("{}: not a case folder nor a folder of cases", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("case.yaml").is_file())
+        .collect();
+    dirs.sort();
+    if dirs.is_empty() {
+        bail!("{}: no case.yaml in it or in its subfolders", path.display());
+    }
+    Ok(dirs)
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<bool> {
+    let bin_dir = pod::bin_dir(args.bin_dir.as_deref()).context(
+        "where are infergate-gateway and infergate-backend? pass --bin-dir (e.g. target/debug) or set INFERGATE_BIN_DIR",
+    )?;
+    let mut dirs = Vec::new();
+    for c in &args.cases {
+        dirs.extend(case_dirs(c)?);
+    }
+    let opts = RunOptions {
+        bin_dir,
+        out_dir: args.out.clone(),
+        smoke: args.smoke,
+        progress: !args.quiet,
+    };
+    let mut all_passed = true;
+    let mut summary = Vec::new();
+    for dir in dirs {
+        let started = std::time::Instant::now();
+        println!(
+            "==> case {}{}",
+            dir.display(),
+            if args.smoke { " (smoke)" } else { "" }
+        );
+        let result = case::run(&dir, &opts).await?;
+        for (k, v) in &result.figures {
+            println!("  figure  {k}: {v}");
+        }
+        for v in &result.verdicts {
+            println!(
+                "  {}  [{}] {} — {}",
+                if v.pass { "ok  " } else { "FAIL" },
+                v.phase,
+                v.check,
+                v.measured
+            );
+        }
+        all_passed &= result.passed();
+        summary.push((result.name.clone(), result.passed(), started.elapsed()));
+    }
+    println!("==> cases");
+    for (name, pass, took) in &summary {
+        println!(
+            "  {}  {name} ({:.1} s)",
+            if *pass { "ok  " } else { "FAIL" },
+            took.as_secs_f64()
+        );
+    }
+    println!("outputs in {}", args.out.display());
+    Ok(all_passed)
+}
