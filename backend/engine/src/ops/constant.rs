@@ -1,4 +1,5 @@
-//! Operators whose values are known when the plan is built: Constant, Shape, Size, ConstantOfShape, Range. They never reach an executor.
+//! Operators whose values are known when the plan is built: Constant, Shape, Size, ConstantOfShape, Range.
+//! They never reach an executor.
 //!
 //! ONNX conversion, shape inference, CPU execution and wgpu lowering of these operators.
 

@@ -53,6 +53,9 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::new("Mean", 6, convert, &FAMILY),
     OnnxOp::new("Where", 9, convert, &FAMILY),
     OnnxOp::new("Cast", 6, convert, &FAMILY),
+    OnnxOp::new("CastLike", 15, convert, &FAMILY),
+    OnnxOp::new("Sign", 9, convert, &FAMILY),
+    OnnxOp::new("Mish", 18, convert, &FAMILY),
 ];
 
 /// The IR ops of this module: Unary, Binary, Where, Cast.
@@ -95,6 +98,8 @@ fn convert(
         "Not" => unary(UnaryOp::Not),
         "Relu" => unary(UnaryOp::Relu),
         "Softplus" => unary(UnaryOp::Softplus),
+        "Sign" => unary(UnaryOp::Sign),
+        "Mish" => unary(UnaryOp::Mish),
         "HardSwish" => unary(UnaryOp::HardSwish),
         "LeakyRelu" => unary(UnaryOp::LeakyRelu {
             alpha: a.float("alpha", 0.01)?,
@@ -197,6 +202,8 @@ fn convert(
             })?;
             Ok(Converted::Node(Op::Cast { to }, ins))
         }
+        // `saturate` only changes float8 conversions, which the engine does not have.
+        "CastLike" => Ok(Converted::Node(Op::CastLike, ins)),
         other => Err(not_registered(other)),
     }
 }
@@ -265,6 +272,18 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                 return Ok(Resolved::Alias(0));
             }
             Ok(concrete(op.clone(), 1, vec![(*to, x.shape.to_vec())]))
+        }
+        Op::CastLike => {
+            let x = req(ins, 0, "input")?;
+            let like = req(ins, 1, "target_type")?;
+            if x.dtype == like.dtype {
+                return Ok(Resolved::Alias(0));
+            }
+            Ok(Resolved::Op {
+                op: Op::Cast { to: like.dtype },
+                inputs: vec![Some(0)],
+                outputs: vec![(like.dtype, x.shape.to_vec())],
+            })
         }
         other => Err(wrong_family(other, "elementwise")),
     }

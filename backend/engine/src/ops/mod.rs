@@ -77,7 +77,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
 /// The family that implements an IR op.
 pub(crate) fn family(op: &Op) -> &'static Family {
     match op {
-        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } => &elementwise::FAMILY,
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::CastLike => &elementwise::FAMILY,
         Op::Identity
         | Op::Reshape { .. }
         | Op::Flatten { .. }
@@ -103,7 +103,8 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         | Op::Expand
         | Op::Tile { .. }
         | Op::Pad { .. }
-        | Op::DepthToSpace { .. } => &movement::FAMILY,
+        | Op::DepthToSpace { .. }
+        | Op::SpaceToDepth { .. } => &movement::FAMILY,
         Op::Resize { .. } => &resize::FAMILY,
         Op::Lstm { .. } | Op::Gru { .. } => &rnn::FAMILY,
     }

@@ -26,9 +26,11 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::new("Tile", 6, convert, &FAMILY),
     OnnxOp::new("Pad", 2, convert, &FAMILY),
     OnnxOp::new("DepthToSpace", 1, convert, &FAMILY),
+    OnnxOp::new("SpaceToDepth", 1, convert, &FAMILY),
 ];
 
-/// The IR ops of this module: Transpose, Concat, Split, Slice, Gather, GatherElements, Expand, Tile, Pad, DepthToSpace.
+/// The IR ops of this module: Transpose, Concat, Split, Slice, Gather, GatherElements, Expand, Tile, Pad,
+/// DepthToSpace.
 pub(super) static FAMILY: Family = Family {
     name: "movement",
     plan_time: false,
@@ -142,6 +144,12 @@ fn convert(
             Op::DepthToSpace {
                 blocksize: a.int("blocksize", 0)?.max(1) as usize,
                 crd: a.string("mode", "DCR")? == "CRD",
+            },
+            ins,
+        )),
+        "SpaceToDepth" => Ok(Converted::Node(
+            Op::SpaceToDepth {
+                blocksize: a.int("blocksize", 0)?.max(1) as usize,
             },
             ins,
         )),
@@ -433,6 +441,22 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], n_out: usize) -> Result<Resolved>
                 vec![(x.dtype, out)],
             ))
         }
+        Op::SpaceToDepth { blocksize } => {
+            let x = req(ins, 0, "input")?;
+            let b = *blocksize;
+            if x.shape.len() != 4 || x.shape[2] % b != 0 || x.shape[3] % b != 0 {
+                return Err(EngineError::invalid(format!(
+                    "SpaceToDepth needs [N, C, H, W] with H and W divisible by the blocksize {b}, got {:?}",
+                    x.shape
+                )));
+            }
+            let out = vec![x.shape[0], x.shape[1] * b * b, x.shape[2] / b, x.shape[3] / b];
+            Ok(concrete(
+                Op::SpaceToDepth { blocksize: b },
+                1,
+                vec![(x.dtype, out)],
+            ))
+        }
         other => Err(wrong_family(other, "movement")),
     }
 }
@@ -558,6 +582,11 @@ fn cpu(
             let (x, sx) = arg(ins, 0)?;
             one(map_same!(x, v => movement::depth_to_space(v, sx, *blocksize, *crd)))
         }
+        Op::SpaceToDepth { blocksize } => {
+            let (x, sx) = arg(ins, 0)?;
+            let (view, perm) = space_to_depth_view(sx, *blocksize)?;
+            one(map_same!(x, v => movement::transpose(v, &view, &perm)))
+        }
         other => Err(wrong_family(other, "movement")),
     }
 }
@@ -643,6 +672,14 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             let y = copy::depth_to_space(&mut c.b, &name, &x, *blocksize, *crd)?;
             c.set(n, 0, y)
         }
+        Op::SpaceToDepth { blocksize } => {
+            let x = c.input(n, 0)?;
+            let (view, perm) =
+                space_to_depth_view(&x.shape, *blocksize).map_err(|e| GpuError::internal(e.to_string()))?;
+            let v = c.b.alias(&x, &view)?;
+            let y = copy::transpose(&mut c.b, &name, &v, &perm)?;
+            c.set(n, 0, y)
+        }
         other => Err(gpu_wrong_family(other, "movement")),
     }
 }
@@ -656,4 +693,12 @@ fn set_same<T: 'static>(b: &mut Buf, v: Vec<T>) {
             *slot = v;
         }
     })
+}
+
+/// SpaceToDepth as a transpose: the 6-D view of `[N, C, H, W]` that splits H and W into blocks, and the
+/// permutation that moves the block offsets in front of the channels.
+fn space_to_depth_view(shape: &[usize], b: usize) -> Result<([usize; 6], [usize; 6])> {
+    let [n, c, h, w] = <[usize; 4]>::try_from(shape)
+        .map_err(|_| EngineError::internal(format!("SpaceToDepth on {shape:?}")))?;
+    Ok(([n, c, h / b, b, w / b, b], [0, 3, 5, 1, 2, 4]))
 }

@@ -1,4 +1,5 @@
-//! Operators that reinterpret a buffer without moving data: Identity (and inference-mode Dropout), Reshape, Flatten, Squeeze, Unsqueeze.
+//! Operators that reinterpret a buffer without moving data: Identity (and inference-mode Dropout), Reshape,
+//! Flatten, Squeeze, Unsqueeze.
 //!
 //! ONNX conversion, shape inference, CPU execution and wgpu lowering of these operators.
 

@@ -143,6 +143,8 @@ pub(crate) fn ew_unary(op: UnaryOp) -> expr::UnaryOp {
         UnaryOp::HardSigmoid { alpha, beta } => E::HardSigmoid(alpha, beta),
         UnaryOp::HardSwish => E::HardSwish,
         UnaryOp::Softplus => E::Softplus,
+        UnaryOp::Sign => E::Sign,
+        UnaryOp::Mish => E::Mish,
         UnaryOp::Gelu { tanh: false } => E::Gelu,
         UnaryOp::Gelu { tanh: true } => E::GeluTanh,
         UnaryOp::Clip { min, max } => E::Clip(min as f32, max as f32),
