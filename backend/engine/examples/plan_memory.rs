@@ -36,11 +36,7 @@ fn main() -> anyhow::Result<()> {
     let model = Arc::new(Model::load(&path)?);
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let rss_loaded = rss_mib()?;
-    let options = SessionOptions {
-        plan_cache_size: max_batch,
-        ..SessionOptions::default()
-    };
-    let exec = CpuExecutor::new(model.clone(), &options)?;
+    let exec = CpuExecutor::new(model.clone(), SessionOptions::default().threads, max_batch)?;
     let mut build_ms = Vec::with_capacity(max_batch);
     for batch in 1..=max_batch {
         let inputs: Vec<Tensor> = model

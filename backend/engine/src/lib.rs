@@ -9,6 +9,7 @@ mod error;
 pub mod ir;
 mod model;
 pub mod onnx;
+mod ops;
 pub mod passes;
 mod plan_cache;
 mod session;

@@ -3,27 +3,9 @@
 use std::path::Path;
 
 use crate::error::{EngineError, Result};
+pub use crate::ir::Dim;
 use crate::ir::{ConcreteGraph, Graph};
 use crate::tensor::{DataType, Tensor};
-
-/// One dimension of a signature tensor.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Dim {
-    /// A fixed size.
-    Fixed(usize),
-    /// A size chosen per request, with its symbolic name when the model gives one (`batch`, `seq`).
-    Dynamic(Option<String>),
-}
-
-impl std::fmt::Display for Dim {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Dim::Fixed(n) => write!(f, "{n}"),
-            Dim::Dynamic(Some(s)) => write!(f, "{s}"),
-            Dim::Dynamic(None) => write!(f, "-1"),
-        }
-    }
-}
 
 /// Name, dtype and dims of a model input or output.
 #[derive(Debug, Clone, PartialEq, Eq)]

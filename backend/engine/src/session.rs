@@ -6,20 +6,7 @@ use crate::cpu::CpuExecutor;
 use crate::error::Result;
 use crate::model::Model;
 use crate::tensor::Tensor;
-
-/// Which wgpu adapter a [`ExecutorKind::Wgpu`] session uses.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum AdapterChoice {
-    /// A real GPU first, then the CPU adapter (lavapipe); `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` apply.
-    #[default]
-    Auto,
-    /// Only a hardware GPU; fail when there is none.
-    Hardware,
-    /// Only a software (CPU) adapter such as lavapipe.
-    Software,
-    /// The first adapter whose name contains this string (case-insensitive).
-    Named(String),
-}
+pub use crate::wgpu::AdapterChoice;
 
 /// Which executor a session runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -75,10 +62,16 @@ impl Session {
     /// Create a session.
     pub fn new(model: Arc<Model>, options: SessionOptions) -> Result<Session> {
         let executor = match &options.executor {
-            ExecutorKind::Cpu => Executor::Cpu(CpuExecutor::new(model.clone(), &options)?),
-            ExecutorKind::Wgpu(choice) => {
-                Executor::Wgpu(crate::wgpu::WgpuExecutor::new(model.clone(), &options, choice)?)
-            }
+            ExecutorKind::Cpu => Executor::Cpu(CpuExecutor::new(
+                model.clone(),
+                options.threads,
+                options.plan_cache_size,
+            )?),
+            ExecutorKind::Wgpu(choice) => Executor::Wgpu(crate::wgpu::WgpuExecutor::new(
+                model.clone(),
+                options.plan_cache_size,
+                choice,
+            )?),
         };
         Ok(Session { model, executor })
     }

@@ -1,20 +1,17 @@
 //! Specialisation: from an [`crate::ir::Graph`] with symbolic dims to a [`ConcreteGraph`].
 //!
-//! Walks the nodes in order with concrete input shapes. Each node is *resolved* (`resolve.rs`):
+//! Walks the nodes in order with concrete input shapes. Each node is *resolved* by its operator family (`crate::ops`):
 //! its output dtypes/shapes are inferred and its parameter inputs (which must be known on the host)
 //! become attributes. A node whose data inputs are all known on the host is evaluated right away with
-//! the CPU kernels (constant folding, shape subgraphs); the others form the concrete graph.
-
-mod resolve;
+//! its family's CPU code (constant folding, shape subgraphs); the others form the concrete graph.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, ConcreteGraph, ConcreteValue, Graph, Node, Op, ValueId};
 use crate::model::{Dim, PlanInput, Signature, TensorSpec};
+use crate::ops::{InVal, Resolved, eval_host, is_param_input, resolve};
 use crate::tensor::{DataType, Tensor};
-
-pub(crate) use resolve::{InVal, Resolved, broadcast_shapes, resolve};
 
 /// Indices of graph inputs whose values feed parameter inputs (shapes, axes, …), directly or
 /// through host-computable nodes.
@@ -32,7 +29,7 @@ pub fn host_inputs(graph: &Graph) -> Vec<usize> {
             }
             for (i, v) in n.inputs.iter().enumerate() {
                 if let Some(v) = v
-                    && resolve::is_param_input(&n.op, i)
+                    && is_param_input(&n.op, i)
                 {
                     needed.insert(*v);
                 }
@@ -299,7 +296,7 @@ impl Spec<'_> {
                         .map(|k| k.and_then(|i| ins[i].as_ref().and_then(|v| v.host)))
                         .collect();
                     let wanted: Vec<bool> = n.outputs.iter().map(Option::is_some).collect();
-                    let values = crate::cpu::eval_host(&op, &host_ins, &outputs, &wanted)?;
+                    let values = eval_host(&op, &host_ins, &outputs, &wanted)?;
                     drop(ins);
                     for ((o, t), (dt, shape)) in n.outputs.iter().zip(values).zip(outputs) {
                         if let (Some(o), Some(t)) = (o, t) {
@@ -348,7 +345,7 @@ impl Spec<'_> {
             if let Some(t) = self.host.get(&v).cloned()
                 && want != DataType::String
             {
-                let cast = crate::cpu::eval_host(
+                let cast = eval_host(
                     &Op::Cast { to: want },
                     &[Some(&t)],
                     &[(want, t.shape.clone())],

@@ -25,6 +25,9 @@ pub(crate) enum Buf {
 }
 
 /// Apply an expression to the inner vector of any variant, producing a value.
+/// One input of a node: buffer and shape.
+pub(crate) type In<'a> = Option<(&'a Buf, &'a [usize])>;
+
 macro_rules! visit {
     ($b:expr, $v:ident => $e:expr) => {
         match $b {

@@ -69,6 +69,19 @@ pub(crate) fn unary_f32(u: UnaryOp, x: f32) -> f32 {
                 x.exp().ln_1p()
             }
         }
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        UnaryOp::Mish => {
+            let sp = if x > 20.0 { x } else { x.exp().ln_1p() };
+            x * sp.tanh()
+        }
         UnaryOp::Gelu { tanh } => {
             if tanh {
                 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
@@ -99,6 +112,16 @@ pub(crate) fn unary_f64(u: UnaryOp, x: f64) -> f64 {
         UnaryOp::Cos => x.cos(),
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::Softplus => x.exp().ln_1p(),
+        UnaryOp::Mish => x * x.exp().ln_1p().tanh(),
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
         UnaryOp::Round => x.round_ties_even(),
         UnaryOp::Floor => x.floor(),
         UnaryOp::Ceil => x.ceil(),
@@ -153,6 +176,15 @@ fn int_unary<T: Num>(u: UnaryOp, v: &[T]) -> Result<Vec<T>> {
             })
         }
         UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => v.to_vec(),
+        UnaryOp::Sign => map_vec(v, |x| {
+            if x > T::default() {
+                T::from_f64(1.0)
+            } else if x < T::default() {
+                T::from_f64(-1.0)
+            } else {
+                x
+            }
+        }),
         other => {
             return Err(EngineError::unsupported(format!("{other:?} on integer tensors")));
         }

@@ -11,8 +11,8 @@
 use std::borrow::Cow;
 
 use crate::cpu::buf::Buf;
+use crate::cpu::buf::In;
 use crate::cpu::elementwise::unary_f32;
-use crate::cpu::exec::In;
 use crate::cpu::fastmath;
 use crate::cpu::movement;
 use crate::cpu::simd::{Isa, multiversion};

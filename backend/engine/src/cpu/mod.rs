@@ -1,31 +1,30 @@
 //! The CPU executor: runs concrete graphs with our own kernels (AVX-512/AVX2 micro-kernels for
-//! matrix products, the `gemm` crate elsewhere; rayon for parallelism). Also evaluates host-side
-//! nodes during specialisation.
+//! matrix products, the `gemm` crate elsewhere; rayon for parallelism). The per-operator glue that
+//! calls these kernels lives with each operator in `crate::ops`.
 
 mod arena;
-mod buf;
-mod conv;
+pub(crate) mod buf;
+pub(crate) mod conv;
 mod depthwise;
-mod elementwise;
-mod epilogue;
-mod exec;
+pub(crate) mod elementwise;
+pub(crate) mod epilogue;
 mod fastmath;
 mod gemm;
 mod inline;
-mod matmul;
-mod mm;
-mod movement;
-mod norm;
+pub(crate) mod matmul;
+pub(crate) mod mm;
+pub(crate) mod movement;
+pub(crate) mod norm;
 pub(crate) mod num;
 mod padded;
-mod pool;
-mod reduce;
-mod rnn;
+pub(crate) mod pool;
+pub(crate) mod reduce;
+pub(crate) mod rnn;
 mod simd;
 mod split;
 #[cfg(test)]
 mod test_data;
-mod weights;
+pub(crate) mod weights;
 
 use std::sync::Arc;
 
@@ -34,51 +33,13 @@ use rayon::prelude::*;
 use crate::error::{EngineError, Result};
 use crate::ir::ConcreteGraph;
 use crate::model::Model;
+use crate::ops::run_cpu;
 use crate::plan_cache::{PlanCache, plan_key};
-use crate::session::SessionOptions;
 use crate::tensor::{DataType, Tensor};
 
-use buf::Buf;
-use weights::{Packing, Weights};
-
-/// Evaluate one concrete op on host tensors (constant folding and shape subgraphs).
-pub(crate) fn eval_host(
-    op: &crate::ir::Op,
-    host_ins: &[Option<&Tensor>],
-    outputs: &[(DataType, Vec<usize>)],
-    wanted: &[bool],
-) -> Result<Vec<Option<Tensor>>> {
-    let bufs: Vec<Option<Buf>> = host_ins
-        .iter()
-        .map(|t| t.map(Buf::from_tensor).transpose())
-        .collect::<Result<_>>()?;
-    let ins: Vec<exec::In<'_>> = bufs
-        .iter()
-        .zip(host_ins)
-        .map(|(b, t)| match (b, t) {
-            (Some(b), Some(t)) => Some((b, t.shape.as_slice())),
-            _ => None,
-        })
-        .collect();
-    let res = exec::exec(op, &ins, outputs)?;
-    let mut out = Vec::with_capacity(outputs.len());
-    for (i, (dt, shape)) in outputs.iter().enumerate() {
-        match res.get(i) {
-            Some(b) if wanted.get(i).copied().unwrap_or(true) => {
-                if b.dtype() != *dt {
-                    return Err(EngineError::internal(format!(
-                        "{} produced {} for a {dt} output",
-                        op.name(),
-                        b.dtype()
-                    )));
-                }
-                out.push(Some(b.clone().into_tensor(shape.clone())?));
-            }
-            _ => out.push(None),
-        }
-    }
-    Ok(out)
-}
+pub(crate) use buf::Buf;
+use buf::In;
+use weights::{Packing, Prepared, Weights};
 
 /// A specialised plan. Its constants (converted buffers, weights packed for the matrix products)
 /// are borrowed from the executor's [`Weights`], shared with its plans for other batch sizes.
@@ -86,7 +47,7 @@ struct CpuPlan {
     graph: ConcreteGraph,
     consts: Vec<Option<Arc<Buf>>>,
     last_use: Vec<Option<usize>>,
-    prepared: Vec<Option<Arc<exec::Prepared>>>,
+    prepared: Vec<Option<Arc<Prepared>>>,
     /// The batch size and the one-sample plan when the batch runs as one-sample runs
     /// ([`split`]); the plan's own constants and weights are then left empty.
     split: Option<(usize, Arc<CpuPlan>)>,
@@ -136,7 +97,7 @@ fn prepare(
     consts: &[Option<Arc<Buf>>],
     weights: &Weights,
     node: &crate::ir::Node,
-) -> Result<Option<Arc<exec::Prepared>>> {
+) -> Result<Option<Arc<Prepared>>> {
     use crate::ir::Op;
     let isa = simd::isa();
     let constant = |i: usize| -> Option<(&[f32], &[usize], &Tensor)> {
@@ -158,16 +119,14 @@ fn prepare(
             }
             let packing = Packing::ConvWeights { group: *group, isa };
             Some(weights.packed(t, packing, || {
-                Ok(exec::Prepared::ConvWeights(conv::pack_weights(
-                    w, sw[0], *group, isa,
-                )?))
+                Ok(Prepared::ConvWeights(conv::pack_weights(w, sw[0], *group, isa)?))
             })?)
         }
         Op::MatMul { trans_b, .. } | Op::Gemm { trans_b, .. } => match constant(1) {
             Some((b, sb, t)) if sb.len() == 2 => {
                 let packing = Packing::Rhs { trans: *trans_b, isa };
                 Some(weights.packed(t, packing, || {
-                    Ok(exec::Prepared::Rhs(matmul::pack_rhs(b, sb, *trans_b, isa)?))
+                    Ok(Prepared::Rhs(matmul::pack_rhs(b, sb, *trans_b, isa)?))
                 })?)
             }
             _ => None,
@@ -213,10 +172,11 @@ impl std::fmt::Debug for CpuExecutor {
 }
 
 impl CpuExecutor {
-    /// A CPU executor for `model`.
-    pub fn new(model: Arc<Model>, options: &SessionOptions) -> Result<CpuExecutor> {
+    /// A CPU executor for `model` on `threads` workers (`None` = all cores), keeping `plan_cache_size`
+    /// specialised plans.
+    pub fn new(model: Arc<Model>, threads: Option<usize>, plan_cache_size: usize) -> Result<CpuExecutor> {
         let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("infergate-cpu-{i}"));
-        if let Some(n) = options.threads {
+        if let Some(n) = threads {
             b = b.num_threads(n.max(1));
         }
         let pool = b
@@ -226,7 +186,7 @@ impl CpuExecutor {
             inner: Arc::new(Inner {
                 model,
                 pool,
-                plans: PlanCache::new(options.plan_cache_size),
+                plans: PlanCache::new(plan_cache_size),
                 weights: Weights::default(),
             }),
         })
@@ -380,7 +340,7 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             continue;
         }
         let result = {
-            let ins: Vec<exec::In<'_>> = node
+            let ins: Vec<In<'_>> = node
                 .inputs
                 .iter()
                 .map(|i| match i {
@@ -400,7 +360,7 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
                     node.name
                 )));
             }
-            exec::exec_prepared(&node.op, &ins, &outs, plan.prepared[ni].as_deref())
+            run_cpu(&node.op, &ins, &outs, plan.prepared[ni].as_deref())
                 .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
         };
         for (o, b) in node.outputs.iter().zip(result) {

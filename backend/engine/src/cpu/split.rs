@@ -110,7 +110,9 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
     // inputs from `from` on (fused epilogue operands) broadcast against the output
     let rest_broadcast = |from: usize| (from..node.inputs.len()).all(broadcasts);
     match &node.op {
-        Op::Unary(_) | Op::Cast { .. } | Op::Identity | Op::DepthToSpace { .. } => x_batched,
+        Op::Unary(_) | Op::Cast { .. } | Op::Identity | Op::DepthToSpace { .. } | Op::SpaceToDepth { .. } => {
+            x_batched
+        }
         Op::Binary(_) | Op::Where => rest_broadcast(0),
         Op::Conv { .. } => x_batched && shared(1) && shared(2) && rest_broadcast(3),
         Op::ConvTranspose { .. } => x_batched && shared(1) && shared(2) && node.inputs.len() <= 3,
@@ -194,6 +196,7 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
         | Op::Size
         | Op::ConstantOfShape { .. }
         | Op::Range
+        | Op::CastLike
         | Op::If { .. } => false,
     }
 }

@@ -144,7 +144,7 @@ fn holder(plan: &CpuPlan) -> &CpuPlan {
 }
 
 /// The addresses of a plan's constant buffers and packed weights.
-fn weight_addrs(plan: &CpuPlan) -> (Vec<*const Buf>, Vec<*const exec::Prepared>) {
+fn weight_addrs(plan: &CpuPlan) -> (Vec<*const Buf>, Vec<*const Prepared>) {
     let p = holder(plan);
     let mut bufs: Vec<_> = p.consts.iter().flatten().map(Arc::as_ptr).collect();
     let mut packed: Vec<_> = p.prepared.iter().flatten().map(Arc::as_ptr).collect();
@@ -154,12 +154,7 @@ fn weight_addrs(plan: &CpuPlan) -> (Vec<*const Buf>, Vec<*const exec::Prepared>)
 }
 
 fn executor(model: &Arc<Model>, plan_cache_size: usize) -> CpuExecutor {
-    let options = SessionOptions {
-        threads: Some(2),
-        plan_cache_size,
-        ..SessionOptions::default()
-    };
-    CpuExecutor::new(model.clone(), &options).unwrap()
+    CpuExecutor::new(model.clone(), Some(2), plan_cache_size).unwrap()
 }
 
 fn assert_close(got: &[f32], want: &[f32], what: &str) {
@@ -182,8 +177,8 @@ fn plans_for_every_batch_size_share_one_copy_of_the_weights() {
                 .dims
                 .iter()
                 .map(|d| match d {
-                    crate::model::Dim::Fixed(d) => *d,
-                    crate::model::Dim::Dynamic(_) => n,
+                    crate::ir::Dim::Fixed(d) => *d,
+                    crate::ir::Dim::Dynamic(_) => n,
                 })
                 .collect();
             s[0] = n;
@@ -315,11 +310,12 @@ fn doubling() -> Arc<Model> {
 }
 
 fn one_thread_executor(model: &Arc<Model>) -> CpuExecutor {
-    let options = SessionOptions {
-        threads: Some(1),
-        ..SessionOptions::default()
-    };
-    CpuExecutor::new(model.clone(), &options).unwrap()
+    CpuExecutor::new(
+        model.clone(),
+        Some(1),
+        crate::SessionOptions::default().plan_cache_size,
+    )
+    .unwrap()
 }
 
 /// Runs `inputs` on a thread of its own; the receiver gets the outputs when the run ends.

@@ -14,10 +14,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cpu::buf::Buf;
-use crate::cpu::exec::Prepared;
+use crate::cpu::mm::{PackedA, PackedB};
 use crate::cpu::simd::Isa;
 use crate::error::{EngineError, Result};
 use crate::tensor::{DataType, Tensor};
+
+/// Constant operands of a node converted once, when its plan is built.
+pub(crate) enum Prepared {
+    /// a Conv's weights, per group, packed as the A operand
+    ConvWeights(Vec<PackedA>),
+    /// a MatMul's or Gemm's constant B, packed
+    Rhs(PackedB),
+}
 
 /// The shared weights of one executor's plans.
 #[derive(Default)]

@@ -10,8 +10,26 @@ pub use op::{
     ResizeMode, RnnActivation, RnnAttrs, RnnDirection, UnaryOp,
 };
 
-use crate::model::Dim;
 use crate::tensor::{DataType, Tensor};
+
+/// One dimension of a signature tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(usize),
+    /// A size chosen per request, with its symbolic name when the model gives one (`batch`, `seq`).
+    Dynamic(Option<String>),
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Fixed(n) => write!(f, "{n}"),
+            Dim::Dynamic(Some(s)) => write!(f, "{s}"),
+            Dim::Dynamic(None) => write!(f, "-1"),
+        }
+    }
+}
 
 /// Index of a value in a graph's value table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -76,6 +76,10 @@ pub enum UnaryOp {
     HardSwish,
     /// ln(1 + e^x)
     Softplus,
+    /// −1, 0 or 1 by the sign of x (NaN stays NaN); also on integers
+    Sign,
+    /// x·tanh(ln(1 + e^x))
+    Mish,
     /// x·Φ(x) = 0.5·x·(1 + erf(x/√2)); with `tanh`, the tanh approximation
     /// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). Produced by the GELU pattern pass or ONNX `Gelu`.
     Gelu {
@@ -359,6 +363,9 @@ pub enum Op {
         /// target dtype
         to: DataType,
     },
+    /// `[x, like]` → `[y]`: x converted to like's dtype (ONNX CastLike). Only in a `Graph`: it
+    /// becomes [`Op::Cast`] (or nothing) once like's dtype is known, at specialisation.
+    CastLike,
     /// `[x]` → `[y]`, a copy (also the concrete form of Dropout in inference). Passes remove it.
     Identity,
 
@@ -662,6 +669,13 @@ pub enum Op {
         crd: bool,
     },
 
+    /// `[x]` → `[y]`: move blocks of space into depth, `[N, C, H, W]` → `[N, C·b², H/b, W/b]`
+    /// (the inverse of DCR-mode DepthToSpace).
+    SpaceToDepth {
+        /// block size
+        blocksize: usize,
+    },
+
     // ----- recurrent -----
     /// `[X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?]` → `[Y?, Y_h?, Y_c?]`: ONNX LSTM
     /// (gate order i, o, f, c in W/R/B).
@@ -699,6 +713,7 @@ impl Op {
             Op::Binary(_) => "Binary",
             Op::Where => "Where",
             Op::Cast { .. } => "Cast",
+            Op::CastLike => "CastLike",
             Op::Identity => "Identity",
             Op::MatMul { .. } => "MatMul",
             Op::Gemm { .. } => "Gemm",
@@ -734,6 +749,7 @@ impl Op {
             Op::Range => "Range",
             Op::Resize { .. } => "Resize",
             Op::DepthToSpace { .. } => "DepthToSpace",
+            Op::SpaceToDepth { .. } => "SpaceToDepth",
             Op::Lstm { .. } => "LSTM",
             Op::Gru { .. } => "GRU",
             Op::If { .. } => "If",

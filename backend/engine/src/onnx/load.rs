@@ -6,17 +6,13 @@ use std::path::Path;
 use prost::Message;
 
 use crate::error::{EngineError, Result};
-use crate::ir::{Branch, Graph, Node, Op, ValueId};
-use crate::model::Dim;
+use crate::ir::{Branch, Dim, Graph, Node, Op, ValueId};
 use crate::onnx::proto::{GraphProto, ModelProto, NodeProto, ValueInfoProto};
 use crate::onnx::tensor::{decode_tensor, onnx_type_name};
+use crate::ops::Converted;
 use crate::tensor::{DataType, Tensor};
 
-/// Oldest default-domain opset accepted.
-pub const MIN_OPSET: i64 = 7;
-/// Newest default-domain opset accepted. The issue asks for 7–21; opsets 22–27 (onnx 1.22) changed
-/// the supported operators only by adding element types (bf16, float8/4, int4), so they load too.
-pub const MAX_OPSET: i64 = 27;
+use super::{MAX_OPSET, MIN_OPSET};
 
 /// Decode and convert a model.
 pub fn load_graph(bytes: &[u8], external_dir: Option<&Path>) -> Result<Graph> {
@@ -80,10 +76,10 @@ pub fn load_graph(bytes: &[u8], external_dir: Option<&Path>) -> Result<Graph> {
     Ok(cx.graph)
 }
 
-pub(crate) struct Loader<'a> {
-    pub(crate) graph: Graph,
+struct Loader<'a> {
+    graph: Graph,
     scopes: Vec<HashMap<String, ValueId>>,
-    pub(crate) opset: i64,
+    opset: i64,
     external_dir: Option<&'a Path>,
     unsupported: Vec<String>,
     functions: HashSet<String>,
@@ -223,18 +219,8 @@ impl<'a> Loader<'a> {
         Ok(id)
     }
 
-    /// An anonymous constant (attribute turned into an input).
-    pub(crate) fn constant(&mut self, hint: &str, t: Tensor) -> ValueId {
-        let id = self
-            .graph
-            .add_value(format!("{hint}#const{}", self.graph.values.len()), Some(t.dtype));
-        self.graph.values[id.0].shape = Some(t.shape.iter().map(|&d| Dim::Fixed(d)).collect());
-        self.graph.constants.insert(id, t);
-        id
-    }
-
     /// An anonymous intermediate value.
-    pub(crate) fn temp(&mut self, hint: &str) -> ValueId {
+    fn temp(&mut self, hint: &str) -> ValueId {
         self.graph
             .add_value(format!("{hint}#tmp{}", self.graph.values.len()), None)
     }
@@ -338,6 +324,7 @@ impl<'a> Loader<'a> {
     fn convert_node(&mut self, n: &NodeProto, index: usize) -> Result<Vec<Node>> {
         match n.domain.as_str() {
             "" | "ai.onnx" => {}
+            d if crate::ops::registry().any(|o| o.domain == d) => {}
             d => {
                 let what = if self.functions.contains(&format!("{d}:{}", n.op_type)) {
                     "a model-local function"
@@ -369,7 +356,12 @@ impl<'a> Loader<'a> {
             .collect::<Result<_>>()?;
         let attrs = crate::onnx::attrs::Attrs::new(n)?;
         // Outputs are defined after conversion so a converter can create helper values first.
-        let conv = crate::onnx::ops::convert(self, n, &name, &attrs, &inputs)?;
+        let op = crate::ops::lookup(&n.domain, &n.op_type, self.opset)?;
+        let mut cx = crate::ops::Ctx {
+            graph: &mut self.graph,
+            opset: self.opset,
+        };
+        let conv = (op.convert)(&mut cx, n, &name, &attrs, &inputs)?;
         let mut outputs = Vec::with_capacity(n.output.len());
         for o in &n.output {
             outputs.push(if o.is_empty() {
@@ -380,7 +372,7 @@ impl<'a> Loader<'a> {
         }
         let mut nodes = Vec::new();
         match conv {
-            crate::onnx::ops::Converted::Node(op, ins) => {
+            Converted::Node(op, ins) => {
                 nodes.push(Node {
                     name,
                     op,
@@ -388,7 +380,7 @@ impl<'a> Loader<'a> {
                     outputs,
                 });
             }
-            crate::onnx::ops::Converted::Chain(mut pre, op, ins) => {
+            Converted::Chain(mut pre, op, ins) => {
                 nodes.append(&mut pre);
                 nodes.push(Node {
                     name,
@@ -397,7 +389,7 @@ impl<'a> Loader<'a> {
                     outputs,
                 });
             }
-            crate::onnx::ops::Converted::Constant(t) => {
+            Converted::Constant(t) => {
                 let id = outputs
                     .first()
                     .copied()
@@ -407,7 +399,7 @@ impl<'a> Loader<'a> {
                 self.graph.values[id.0].shape = Some(t.shape.iter().map(|&d| Dim::Fixed(d)).collect());
                 self.graph.constants.insert(id, t);
             }
-            crate::onnx::ops::Converted::DropoutWithMask(x) => {
+            Converted::DropoutWithMask(x) => {
                 let shape = self.temp(&name);
                 nodes.push(Node {
                     name: format!("{name}/data"),
@@ -429,7 +421,7 @@ impl<'a> Loader<'a> {
                     outputs: vec![outputs.get(1).copied().flatten()],
                 });
             }
-            crate::onnx::ops::Converted::If(then_g, else_g) => {
+            Converted::If(then_g, else_g) => {
                 let then_branch = self.convert_branch(&then_g, "then_branch", outputs.len())?;
                 let else_branch = self.convert_branch(&else_g, "else_branch", outputs.len())?;
                 nodes.push(Node {

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::ir::{Graph, Op};
-use crate::specialise::{InVal, Resolved, resolve};
+use crate::ops::{InVal, Resolved, eval_host, resolve};
 
 /// Evaluate nodes whose inputs are all constants (with the CPU kernels) and drop them.
 pub(crate) fn fold_constants(g: &mut Graph) -> Result<bool> {
@@ -38,7 +38,7 @@ pub(crate) fn fold_constants(g: &mut Graph) -> Result<bool> {
                     .map(|k| k.and_then(|i| ins[i].and_then(|v| v.host)))
                     .collect();
                 let wanted: Vec<bool> = n.outputs.iter().map(Option::is_some).collect();
-                match crate::cpu::eval_host(&op, &host, &outputs, &wanted) {
+                match eval_host(&op, &host, &outputs, &wanted) {
                     Ok(v) => v,
                     Err(e) => return Err(e.context(format!("node '{}' ({})", n.name, n.op.name()))),
                 }
@@ -49,7 +49,7 @@ pub(crate) fn fold_constants(g: &mut Graph) -> Result<bool> {
         for (o, t) in n.outputs.iter().zip(values) {
             if let (Some(o), Some(t)) = (o, t) {
                 g.values[o.0].dtype = Some(t.dtype);
-                g.values[o.0].shape = Some(t.shape.iter().map(|&d| crate::model::Dim::Fixed(d)).collect());
+                g.values[o.0].shape = Some(t.shape.iter().map(|&d| crate::ir::Dim::Fixed(d)).collect());
                 g.constants.insert(*o, t);
             }
         }

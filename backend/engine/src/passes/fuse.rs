@@ -258,7 +258,7 @@ pub(crate) fn fuse_binary(g: &mut Graph) -> Result<bool> {
             }
             let Some(Some(ps)) = &probes else { return Ok(false) };
             let fits = ps.iter().all(|m| match (m.get(&x), m.get(&t)) {
-                (Some(sx), Some(st)) => crate::specialise::broadcast_shapes(st, sx).is_ok_and(|s| &s == sx),
+                (Some(sx), Some(st)) => crate::ops::broadcast_shapes(st, sx).is_ok_and(|s| &s == sx),
                 _ => false,
             });
             let f32_only = g.values[x.0].dtype.is_none_or(|d| d == crate::DataType::F32);

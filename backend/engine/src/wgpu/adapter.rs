@@ -3,6 +3,20 @@
 
 use super::error::{GpuError, GpuResult};
 
+/// Which wgpu adapter a `ExecutorKind::Wgpu` session uses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AdapterChoice {
+    /// A real GPU first, then the CPU adapter (lavapipe); `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` apply.
+    #[default]
+    Auto,
+    /// Only a hardware GPU; fail when there is none.
+    Hardware,
+    /// Only a software (CPU) adapter such as lavapipe.
+    Software,
+    /// The first adapter whose name contains this string (case-insensitive).
+    Named(String),
+}
+
 /// Which adapters a session may run on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) enum AdapterKind {

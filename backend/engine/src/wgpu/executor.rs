@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::adapter::{AdapterKind, AdapterRequest};
+use super::adapter::{AdapterChoice, AdapterKind, AdapterRequest};
 use super::compile::{self, data_type, host_type};
 use super::context::GpuContext;
 use super::error::{GpuError, GpuErrorKind};
@@ -13,7 +13,6 @@ use super::plan::{self, HostTensor, Plan};
 use crate::error::{EngineError, Result};
 use crate::model::Model;
 use crate::plan_cache::{PlanCache, plan_key};
-use crate::session::{AdapterChoice, SessionOptions};
 use crate::tensor::Tensor;
 
 impl From<GpuError> for EngineError {
@@ -64,13 +63,13 @@ impl std::fmt::Debug for WgpuExecutor {
 
 impl WgpuExecutor {
     /// Opens (or shares) the device for `choice`.
-    pub(crate) fn new(model: Arc<Model>, options: &SessionOptions, choice: &AdapterChoice) -> Result<Self> {
+    pub(crate) fn new(model: Arc<Model>, plan_cache_size: usize, choice: &AdapterChoice) -> Result<Self> {
         let ctx = GpuContext::shared(&request(choice))?;
         tracing::debug!(adapter = %ctx.dev.info.name, ?choice, "wgpu session");
         Ok(Self {
             model,
             ctx,
-            plans: PlanCache::new(options.plan_cache_size),
+            plans: PlanCache::new(plan_cache_size),
         })
     }
 

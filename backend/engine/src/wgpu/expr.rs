@@ -32,6 +32,8 @@ pub(crate) enum UnaryOp {
     Not,
     Softplus,
     HardSwish,
+    Sign,
+    Mish,
     /// Exact GELU (`x * Φ(x)`).
     Gelu,
     /// GELU's tanh approximation.
@@ -446,6 +448,7 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
             Neg => format!("-{a}"),
             Abs => format!("abs({a})"),
             Relu => format!("max({a}, 0)"),
+            Sign => format!("sign({a})"),
             Clip(lo, hi) => format!("clamp({a}, {}, {})", lo as i32, hi as i32),
             _ => {
                 return Err(GpuError::unsupported(format!(
@@ -478,6 +481,8 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         Sin => format!("sin({a})"),
         Cos => format!("cos({a})"),
         Softplus => format!("ew_softplus({a})"),
+        Sign => format!("sign({a})"),
+        Mish => format!("({a} * ew_tanh(ew_softplus({a})))"),
         HardSwish => format!("({a} * clamp({a} / 6.0 + 0.5, 0.0, 1.0))"),
         Gelu => format!("(0.5 * {a} * (1.0 + ew_erf({a} * 0.70710678118654752)))"),
         GeluTanh => {

@@ -3,18 +3,22 @@
 //! See `docs/engine-wgpu.md` for adapter selection, plan structure, the buffer pool and the kernels.
 
 mod adapter;
-mod compile;
+pub(crate) mod compile;
 mod context;
 mod dtype;
-mod error;
+pub(crate) mod error;
 mod executor;
-mod expr;
-mod kernels;
-mod plan;
+pub(crate) mod expr;
+pub(crate) mod kernels;
+pub(crate) mod plan;
 mod pool;
 mod template;
 
 #[cfg(test)]
 mod tests;
 
+pub use adapter::AdapterChoice;
+pub(crate) use compile::{Compiler, ew_binary, ew_unary, gpu_wrong_family, host_type, usize_axis};
+pub(crate) use error::{GpuError, GpuResult};
 pub(crate) use executor::WgpuExecutor;
+pub(crate) use plan::DTensor;

@@ -1,6 +1,6 @@
 use super::*;
 use crate::cpu::buf::Buf;
-use crate::cpu::exec::In;
+use crate::cpu::buf::In;
 use crate::cpu::simd::all_available;
 use crate::cpu::test_data::det_uniform;
 use crate::ir::{BinaryOp, Epilogue, EpilogueStep, UnaryOp};

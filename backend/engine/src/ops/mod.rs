@@ -1,0 +1,129 @@
+//! One place per operator: each module holds one operator family's ONNX conversion (attributes,
+//! opset range, domain), shape inference, CPU execution and wgpu lowering.
+//!
+//! The IR stays data ([`crate::ir::Op`] is an enum); behaviour lives here. Two tables connect them:
+//! [`registry`] lists every ONNX operator the loader converts, by (domain, op_type, opset range),
+//! and [`family`] maps each IR variant to the [`Family`] that infers, runs and lowers it. Adding an
+//! operator touches its module, one line of each table, and its tests (see `docs/engine.md`).
+
+mod constant;
+mod control;
+mod conv;
+mod elementwise;
+mod exec;
+mod infer;
+mod matmul;
+mod movement;
+mod norm;
+mod onnx;
+mod pool;
+mod prelude;
+mod reduce;
+mod reshape;
+mod resize;
+mod rnn;
+
+pub(crate) use exec::{In, Prepared, eval_host, run_cpu};
+pub(crate) use infer::{InVal, Resolved, broadcast_shapes};
+pub(crate) use onnx::{Converted, Ctx, OnnxOp, lookup};
+
+use crate::cpu::Buf;
+use crate::error::Result;
+use crate::ir::{Node, Op};
+use crate::tensor::DataType;
+use crate::wgpu::{Compiler, GpuResult};
+
+/// Runs one concrete op on the CPU: inputs, output dtypes and shapes, prepared constant operands.
+pub(crate) type CpuFn = fn(&Op, &[In<'_>], &[(DataType, Vec<usize>)], Option<&Prepared>) -> Result<Vec<Buf>>;
+
+/// What the engine does with the IR ops of one module. Every function receives only the variants
+/// [`family`] maps to this family.
+pub(crate) struct Family {
+    /// The module name, for messages and the generated operator list.
+    pub(crate) name: &'static str,
+    /// True when the ops are computed (or inlined) while the plan is built and never reach an executor.
+    #[cfg_attr(not(test), allow(dead_code))] // read by the generated operator list (`tests.rs`)
+    pub(crate) plan_time: bool,
+    /// True when input `i` is a *parameter*: its value, not only its shape, decides the plan.
+    pub(crate) param_input: fn(&Op, usize) -> bool,
+    /// Output dtypes and shapes for concrete inputs; parameter inputs become attributes.
+    pub(crate) resolve: fn(&Op, &[Option<InVal<'_>>], usize) -> Result<Resolved>,
+    /// Runs one concrete op on the CPU (also constant folding during specialisation).
+    pub(crate) cpu: CpuFn,
+    /// Lowers one concrete node to wgpu kernel launches.
+    pub(crate) wgpu: fn(&mut Compiler<'_>, &Node) -> GpuResult<()>,
+}
+
+/// Every ONNX operator the loader converts, grouped by module.
+pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
+    [
+        elementwise::ONNX,
+        reshape::ONNX,
+        constant::ONNX,
+        control::ONNX,
+        matmul::ONNX,
+        conv::ONNX,
+        norm::ONNX,
+        pool::ONNX,
+        reduce::ONNX,
+        movement::ONNX,
+        resize::ONNX,
+        rnn::ONNX,
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// The family that implements an IR op.
+pub(crate) fn family(op: &Op) -> &'static Family {
+    match op {
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::CastLike => &elementwise::FAMILY,
+        Op::Identity
+        | Op::Reshape { .. }
+        | Op::Flatten { .. }
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. } => &reshape::FAMILY,
+        Op::Shape { .. } | Op::Size | Op::ConstantOfShape { .. } | Op::Range => &constant::FAMILY,
+        Op::If { .. } => &control::FAMILY,
+        Op::MatMul { .. } | Op::Gemm { .. } => &matmul::FAMILY,
+        Op::Conv { .. } | Op::ConvTranspose { .. } => &conv::FAMILY,
+        Op::BatchNormalization { .. } | Op::InstanceNormalization { .. } | Op::LayerNormalization { .. } => {
+            &norm::FAMILY
+        }
+        Op::MaxPool { .. } | Op::AveragePool { .. } | Op::GlobalAveragePool | Op::GlobalMaxPool => {
+            &pool::FAMILY
+        }
+        Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Softmax { .. } | Op::TopK { .. } => &reduce::FAMILY,
+        Op::Transpose { .. }
+        | Op::Concat { .. }
+        | Op::Split { .. }
+        | Op::Slice { .. }
+        | Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::Expand
+        | Op::Tile { .. }
+        | Op::Pad { .. }
+        | Op::DepthToSpace { .. }
+        | Op::SpaceToDepth { .. } => &movement::FAMILY,
+        Op::Resize { .. } => &resize::FAMILY,
+        Op::Lstm { .. } | Op::Gru { .. } => &rnn::FAMILY,
+    }
+}
+
+/// Resolve `op` for inputs `ins`; `n_out` is the node's output count.
+pub(crate) fn resolve(op: &Op, ins: &[Option<InVal<'_>>], n_out: usize) -> Result<Resolved> {
+    (family(op).resolve)(op, ins, n_out)
+}
+
+/// True when input `i` of `op` is a parameter (its value decides the plan).
+pub(crate) fn is_param_input(op: &Op, i: usize) -> bool {
+    (family(op).param_input)(op, i)
+}
+
+/// Lower one concrete node to wgpu.
+pub(crate) fn lower(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
+    (family(&n.op).wgpu)(c, n)
+}
+
+#[cfg(test)]
+mod tests;
