@@ -13,9 +13,11 @@ SYSTEM_PACKAGES := mesa-vulkan-drivers
 # Tests and benchmarks find the Python reference (onnx, onnxruntime, tritonclient, kserve) through these.
 export INFERGATE_PYTHON := $(VENV)/bin/python
 export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
+# The engine's zoo tests and benchmark find the exported models (scripts/ensure-zoo.sh) here.
+export INFERGATE_ZOO_CACHE := $(CACHE)/zoo
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run test deps venv build build-release lint test-rust test-python bench clean
+.PHONY: help run test deps venv zoo build build-release lint test-rust test-python bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -23,7 +25,7 @@ help: ## list the targets
 run: deps build-release ## start the backend and the gateway on deploy/local (the example)
 	scripts/run-local.sh "$(TARGET_DIR)/release"
 
-test: deps venv lint test-rust test-python ## everything: formatting, lints, Rust tests, client tests
+test: deps venv zoo lint test-rust test-python ## everything: formatting, lints, Rust tests, client tests
 	@echo "==> all tests passed"
 
 deps: ## install missing system packages (asks apt; uses sudo when not root)
@@ -31,6 +33,9 @@ deps: ## install missing system packages (asks apt; uses sudo when not root)
 
 venv: ## the Python virtualenv for client tests and the ONNX reference
 	@scripts/ensure-venv.sh "$(VENV)"
+
+zoo: venv ## the engine's zoo of real exported models (own venv with torch; exported once, cached in $(CACHE)/zoo)
+	@scripts/ensure-zoo.sh >/dev/null
 
 build: ## debug build of every crate and binary
 	$(CARGO) build --workspace --all-targets
