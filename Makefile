@@ -14,9 +14,11 @@ SYSTEM_PACKAGES := mesa-vulkan-drivers prometheus
 # Tests and benchmarks find the Python reference (onnx, onnxruntime, tritonclient, kserve) through these.
 export INFERGATE_PYTHON := $(VENV)/bin/python
 export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
+# The engine's zoo tests and benchmark find the exported models (scripts/ensure-zoo.sh) here.
+export INFERGATE_ZOO_CACHE := $(CACHE)/zoo
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run test deps venv build build-release build-bench lint test-rust test-python test-load bench clean supply-chain fuzz-smoke fuzz
+.PHONY: help run test deps venv zoo build build-release build-bench lint test-rust test-python test-load bench clean supply-chain fuzz-smoke fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -24,7 +26,7 @@ help: ## list the targets
 run: deps build-release ## start the backend and the gateway on deploy/local (the example)
 	scripts/run-local.sh "$(TARGET_DIR)/release"
 
-test: deps venv lint supply-chain test-rust test-python test-load fuzz-smoke ## everything: formatting, lints, supply chain, Rust tests, client tests, scenario smokes, fuzz smoke
+test: deps venv zoo lint supply-chain test-rust test-python test-load fuzz-smoke ## everything: formatting, lints, supply chain, Rust tests, client tests, scenario smokes, fuzz smoke
 	@echo "==> all tests passed"
 
 deps: ## install missing system packages (asks apt; uses sudo when not root)
@@ -32,6 +34,9 @@ deps: ## install missing system packages (asks apt; uses sudo when not root)
 
 venv: ## the Python virtualenv for client tests and the ONNX reference
 	@scripts/ensure-venv.sh "$(VENV)"
+
+zoo: venv ## the engine's zoo of real exported models (own venv with torch; exported once, cached in $(CACHE)/zoo)
+	@scripts/ensure-zoo.sh >/dev/null
 
 build: ## debug build of every crate and binary
 	$(CARGO) build --workspace --all-targets

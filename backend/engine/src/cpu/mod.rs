@@ -27,6 +27,7 @@ mod test_data;
 pub(crate) mod weights;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -40,6 +41,29 @@ use crate::tensor::{DataType, Tensor};
 pub(crate) use buf::Buf;
 use buf::In;
 use weights::{Packing, Prepared, Weights};
+
+/// Where one run of a plan spent its time, node by node ([`CpuExecutor::profile`]).
+#[derive(Debug, Clone)]
+pub struct Profile {
+    /// The batch size when the plan runs its samples apart ([`split`]): the nodes are then those of the
+    /// one-sample plan, timed on the first sample alone.
+    pub split_into: Option<usize>,
+    /// The plan's nodes in execution order.
+    pub nodes: Vec<NodeTiming>,
+}
+
+/// One node of a plan and the time it took.
+#[derive(Debug, Clone)]
+pub struct NodeTiming {
+    /// The node's name (the ONNX node it came from; fused nodes keep their first node's name).
+    pub name: String,
+    /// The IR operator (`Conv`, `MatMul`, ...).
+    pub op: &'static str,
+    /// The shape of the node's first output.
+    pub output_shape: Vec<usize>,
+    /// Wall time of the node's kernel (zero for a Reshape that moves its input's buffer).
+    pub time: Duration,
+}
 
 /// A specialised plan. Its constants (converted buffers, weights packed for the matrix products)
 /// are borrowed from the executor's [`Weights`], shared with its plans for other batch sizes.
@@ -220,6 +244,44 @@ impl CpuExecutor {
         inner.pool.install(|| inner.run(inputs))
     }
 
+    /// Runs `inputs` once on the executor's threads, timing every node of the plan: what
+    /// `examples/profile.rs` prints beside onnxruntime's profiler.
+    pub fn profile(&self, inputs: Vec<Tensor>) -> Result<Profile> {
+        let inner = &self.inner;
+        inner.pool.install(|| {
+            let plan = inner.plan(&inputs)?;
+            let (plan, inputs, split_into) = match &plan.split {
+                Some((n, one)) => {
+                    let first = inputs
+                        .iter()
+                        .map(|t| split::sample(t, 0))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| EngineError::internal("cannot take sample 0 of the inputs"))?;
+                    (one.clone(), first, Some(*n))
+                }
+                None => (plan.clone(), inputs, None),
+            };
+            let mut times = Vec::with_capacity(plan.graph.nodes.len());
+            execute(&plan, &inputs, Some(&mut times))?;
+            let g = &plan.graph;
+            let nodes = g
+                .nodes
+                .iter()
+                .zip(times)
+                .map(|(n, time)| NodeTiming {
+                    name: n.name.clone(),
+                    op: n.op.name(),
+                    output_shape: n
+                        .output(0)
+                        .map(|o| g.values[o.0].shape.clone())
+                        .unwrap_or_default(),
+                    time,
+                })
+                .collect();
+            Ok(Profile { split_into, nodes })
+        })
+    }
+
     /// The concrete plan used for these inputs (built and cached when needed).
     pub fn plan_for(&self, inputs: &[Tensor]) -> Result<ConcreteGraph> {
         Ok(self.inner.plan(inputs)?.graph.clone())
@@ -276,7 +338,7 @@ impl Inner {
     fn run_plan(&self, plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         match &plan.split {
             Some((n, one)) => run_split(one, inputs, *n),
-            None => execute(plan, inputs),
+            None => execute(plan, inputs, None),
         }
     }
 }
@@ -293,7 +355,7 @@ fn run_split(one: &CpuPlan, inputs: &[Tensor], n: usize) -> Result<Vec<Tensor>> 
                 .map(|t| split::sample(t, i))
                 .collect::<Option<_>>()
                 .ok_or_else(|| EngineError::internal(format!("cannot take sample {i} of the inputs")))?;
-            execute(one, &ins)
+            execute(one, &ins, None)
         })
         .collect::<Result<_>>()?;
     (0..one.graph.outputs.len())
@@ -306,8 +368,8 @@ fn run_split(one: &CpuPlan, inputs: &[Tensor], n: usize) -> Result<Vec<Tensor>> 
         .collect()
 }
 
-/// Run `plan` on `inputs` (in signature order).
-fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+/// Run `plan` on `inputs` (in signature order); with `times`, push each node's wall time there.
+fn execute(plan: &CpuPlan, inputs: &[Tensor], mut times: Option<&mut Vec<Duration>>) -> Result<Vec<Tensor>> {
     let g = &plan.graph;
     let mut slots: Vec<Option<Slot>> = (0..g.values.len()).map(|_| None).collect();
     for (i, c) in plan.consts.iter().enumerate() {
@@ -337,8 +399,12 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             && node.inputs.iter().flatten().filter(|v| **v == src).count() == 1
         {
             slots[dst.0] = slots[src.0].take();
+            if let Some(t) = times.as_deref_mut() {
+                t.push(Duration::ZERO);
+            }
             continue;
         }
+        let started = times.is_some().then(Instant::now);
         let result = {
             let ins: Vec<In<'_>> = node
                 .inputs
@@ -363,6 +429,9 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             run_cpu(&node.op, &ins, &outs, plan.prepared[ni].as_deref())
                 .map_err(|e| e.context(format!("node '{}' ({})", node.name, node.op.name())))?
         };
+        if let (Some(t), Some(s)) = (times.as_deref_mut(), started) {
+            t.push(s.elapsed());
+        }
         for (o, b) in node.outputs.iter().zip(result) {
             if let Some(o) = o {
                 let v = &g.values[o.0];

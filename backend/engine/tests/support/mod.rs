@@ -10,3 +10,4 @@
 pub mod build;
 pub mod conformance;
 pub mod python;
+pub mod zoo;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The CPU executor against onnxruntime (in-process, CPU provider, intra-op threads = cores) on the engine's
+# zoo of real exported models (backend/engine/zoo/, made by scripts/ensure-zoo.sh), at batch 1 and 8.
+# The two sides alternate model by model, for INFERGATE_BENCH_ROUNDS rounds; each figure is its best round
+# (other load on a shared machine only ever adds time).
+#   bench-engine-zoo.sh [RELEASE_BIN_DIR]   (the argument is accepted for scripts/bench.sh; unused)
+# Env: INFERGATE_BENCH_BATCHES (default 1,8), INFERGATE_BENCH_SECONDS (default 2),
+#      INFERGATE_BENCH_ROUNDS (default 2), INFERGATE_BENCH_ONLY (comma-separated zoo model names).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+py="${INFERGATE_PYTHON:-$HOME/.cache/infergate/venv/bin/python}"
+[ -x "$py" ] || { echo "bench-engine-zoo: no venv python at $py (run \`make venv\`)" >&2; exit 1; }
+zoo="$("$here/ensure-zoo.sh")"
+export INFERGATE_BENCH_MODELS="$zoo"
+export INFERGATE_BENCH_BATCHES="${INFERGATE_BENCH_BATCHES:-1,8}"
+export INFERGATE_BENCH_SECONDS="${INFERGATE_BENCH_SECONDS:-2}"
+rounds="${INFERGATE_BENCH_ROUNDS:-2}"
+threads="$(nproc)"
+models="${INFERGATE_BENCH_ONLY:-$("$py" -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]))))' "$zoo/manifest.json")}"
+out="$(mktemp -d)"
+echo "==> machine: $threads cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "==> onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)'), $threads intra-op threads; zoo $zoo"
+(cd "$root" && cargo bench -q -p infergate-engine --bench engine_cpu --no-run)
+for r in $(seq 1 "$rounds"); do
+  for m in ${models//,/ }; do
+    echo "==> round $r/$rounds: $m"
+    (cd "$root" && INFERGATE_BENCH_ONLY="$m" cargo bench -q -p infergate-engine --bench engine_cpu) | tee -a "$out/cpu.txt"
+    "$py" "$root/backend/engine/models/bench_ort.py" "$zoo" --batches "$INFERGATE_BENCH_BATCHES" \
+      --seconds "$INFERGATE_BENCH_SECONDS" --threads "$threads" --only "$m" | tee -a "$out/ort.txt"
+  done
+done
+echo "==> side by side (latency ms, best of $rounds round(s); ratio = infergate / onnxruntime, lower is better)"
+"$py" - "$out/cpu.txt" "$out/ort.txt" <<'PY'
+import math, sys
+def load(p):
+    d = {}
+    for line in open(p):
+        f = line.split()
+        if len(f) >= 6 and f[2] == "batch":
+            k = (f[1], int(f[3]))
+            d[k] = min(d.get(k, float("inf")), float(f[5]))
+    return d
+cpu, ort = load(sys.argv[1]), load(sys.argv[2])
+print(f"{'model':24} {'batch':>5} {'infergate':>10} {'ort':>10} {'ratio':>6} {'ms/sample ig':>13} {'ms/sample ort':>14}")
+ratios = {}
+for k in sorted(cpu):
+    if k in ort:
+        a, b = cpu[k], ort[k]
+        ratios.setdefault(k[1], []).append(a / b)
+        print(f"{k[0]:24} {k[1]:>5} {a:>10.3f} {b:>10.3f} {a/b:>6.2f} {a/k[1]:>13.3f} {b/k[1]:>14.3f}")
+for b, r in sorted(ratios.items()):
+    print(f"geometric mean ratio at batch {b}: {math.exp(sum(map(math.log, r)) / len(r)):.2f} over {len(r)} models, worst {max(r):.2f}")
+names = sorted({k[0] for k in cpu})
+hurt = [n for n in names if (n, 1) in cpu and (n, 8) in cpu and cpu[(n, 8)] / 8 > cpu[(n, 1)]]
+print("batch 8 costs more per sample than batch 1 on: " + (", ".join(hurt) if hurt else "none"))
+PY
+rm -rf "$out"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The engine's zoo of real exported models (backend/engine/zoo/): exports them once into a cache and prints
+# the folder. Later runs reuse it until zoo/requirements.txt or the zoo's scripts change.
+#   ensure-zoo.sh [CACHE_DIR]          (default ~/.cache/infergate/zoo)
+# Env: INFERGATE_PYTHON (the project venv's python, for onnxruntime's reference outputs).
+# Torch and transformers live in CACHE_DIR/venv, not in the project venv: their wheels are large.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+zoo_src="$here/../backend/engine/zoo"
+cache="${1:-${INFERGATE_ZOO_CACHE:-$HOME/.cache/infergate/zoo}}"
+py="${INFERGATE_PYTHON:-$HOME/.cache/infergate/venv/bin/python}"
+ocr_wheel_spec="rapidocr-onnxruntime==1.4.4"
+mkdir -p "$cache"
+want="$(cat "$zoo_src/requirements.txt" "$zoo_src/export_zoo.py" "$zoo_src/zoo_reference.py" | sha256sum | cut -d' ' -f1)"
+out="$cache/models"
+# Several test binaries may ask at once: one exports, the others wait for it.
+exec 9>"$cache/.lock"
+flock 9
+if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$want" ]; then
+  echo "$out"
+  exit 0
+fi
+[ -x "$py" ] || { echo "ensure-zoo: no project venv python at $py (run \`make venv\`)" >&2; exit 1; }
+req_sum="$(sha256sum "$zoo_src/requirements.txt" | cut -d' ' -f1)"
+if [ ! -x "$cache/venv/bin/python" ] || [ "$(cat "$cache/venv/.requirements.sha256" 2>/dev/null)" != "$req_sum" ]; then
+  echo "==> zoo: preparing the exporters' venv at $cache/venv (torch, torchvision, transformers; a few GB, once)" >&2
+  python3 -m venv "$cache/venv"
+  "$cache/venv/bin/pip" install -q --disable-pip-version-check -r "$zoo_src/requirements.txt" >&2
+  echo "$req_sum" > "$cache/venv/.requirements.sha256"
+fi
+mkdir -p "$cache/wheels"
+wheel="$(ls "$cache"/wheels/rapidocr_onnxruntime-1.4.4-*.whl 2>/dev/null | head -1 || true)"
+if [ -z "$wheel" ]; then
+  "$cache/venv/bin/pip" download -q --disable-pip-version-check --no-deps "$ocr_wheel_spec" -d "$cache/wheels" >&2
+  wheel="$(ls "$cache"/wheels/rapidocr_onnxruntime-1.4.4-*.whl | head -1)"
+fi
+echo "==> zoo: exporting into $out" >&2
+rm -rf "$out.tmp"
+"$cache/venv/bin/python" "$zoo_src/export_zoo.py" "$out.tmp" --ocr-wheel "$wheel" >&2
+echo "==> zoo: onnxruntime reference outputs" >&2
+"$py" "$zoo_src/zoo_reference.py" "$out.tmp" >&2
+echo "$want" > "$out.tmp/.stamp"
+rm -rf "$out"
+mv "$out.tmp" "$out"
+echo "$out"
