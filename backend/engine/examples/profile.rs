@@ -228,7 +228,8 @@ fn main() -> anyhow::Result<()> {
     let model = Arc::new(Model::load(&a.model).with_context(|| format!("load {}", a.model.display()))?);
     let inputs = make_inputs(&model, &a)?;
     let tensors: Vec<Tensor> = inputs.iter().map(|i| i.3.clone()).collect();
-    let exec = CpuExecutor::new(model.clone(), &SessionOptions::default())?;
+    let opts = SessionOptions::default();
+    let exec = CpuExecutor::new(model.clone(), opts.threads, opts.plan_cache_size)?;
     for _ in 0..3 {
         exec.run_blocking(tensors.clone())?;
     }
