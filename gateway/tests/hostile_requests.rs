@@ -110,11 +110,14 @@ async fn status_of(gw: &infergate_gateway::server::Gateway, raw: &[u8]) -> (u16,
     (status, answer)
 }
 
+/// What the upstream received whole: "METHOD path" and the body.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 #[tokio::test]
 async fn hostile_requests_get_their_status_and_refused_ones_never_reach_the_upstream() {
     // Requests the upstream read whole: method, path and body. A request whose body broke on the way is not
     // one (the upstream sees its stream reset and never acts on it).
-    let received: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    let received: Received = Arc::default();
     let record = Arc::clone(&received);
     let up = upstream(move |req: Request<hyper::body::Incoming>| {
         let record = Arc::clone(&record);

@@ -120,8 +120,11 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(a)
 }
 
+/// One named input: its name, element type, shape and the tensor itself.
+type NamedInput = (String, DataType, Vec<usize>, Tensor);
+
 /// Deterministic inputs: the shapes the signature and `--input` give, ids in 0..100, masks all ones.
-fn make_inputs(model: &Model, a: &Args) -> anyhow::Result<Vec<(String, DataType, Vec<usize>, Tensor)>> {
+fn make_inputs(model: &Model, a: &Args) -> anyhow::Result<Vec<NamedInput>> {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         seed = seed
@@ -331,7 +334,7 @@ fn main() -> anyhow::Result<()> {
         })
         .unwrap_or_default();
     let mut slow: Vec<&(String, &'static str, Vec<usize>, Duration)> = ours.iter().collect();
-    slow.sort_by(|x, y| y.3.cmp(&x.3));
+    slow.sort_by_key(|x| std::cmp::Reverse(x.3));
     println!("\nslowest nodes of ours, with onnxruntime's node of the same name");
     println!(
         "{:>10} {:>10} {:>6}  {:14} {:22} node",

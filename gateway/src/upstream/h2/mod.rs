@@ -44,10 +44,10 @@ pub use error::H2Error;
 pub(crate) use stream::H2Body;
 
 use super::error::{FailureKind, UpstreamError};
-use infergate_http1::head::parse_length;
 use crate::headers::{REQUEST_ID, strip_hop_by_hop};
 use crate::proxy::Body;
 use conn::{ConnState, OpenStream};
+use infergate_http1::head::parse_length;
 use preface::{Preface, PrefaceSeen, PrefaceWatch};
 
 /// Our receive windows: 2 MiB per stream and 5 MiB per connection (hyper's client defaults, fixed, no BDP
