@@ -282,5 +282,7 @@ def test_the_dockerfile_builds_the_binaries_the_manifests_run():
     commands = {c["command"][0] for c in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]}
     commands.add(load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]["spec"]["containers"][0]
                  ["command"][0])
+    # The image ships the fat-LTO build (the `release-lto` profile), whose binaries land in target/release-lto/.
     for cmd in commands:
-        assert f"-p {cmd}" in dockerfile and f"/release/{cmd}" in dockerfile, f"the image does not build {cmd}"
+        assert f"-p {cmd}" in dockerfile and f"/release-lto/{cmd}" in dockerfile, f"the image does not build {cmd}"
+    assert "--profile release-lto" in dockerfile
