@@ -345,13 +345,111 @@ def test_inference_service_uses_the_runtime_and_a_supported_format():
     assert model["protocolVersion"] in runtime["spec"]["protocolVersions"]
 
 
-def test_the_dockerfile_builds_the_binaries_the_manifests_run():
-    dockerfile = open(os.path.join(DEPLOY, "docker", "Dockerfile")).read()
-    _, objects = k8s_objects()
-    commands = {c["command"][0] for c in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]}
-    commands.add(load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]["spec"]["containers"][0]
-                 ["command"][0])
-    # The image ships the fat-LTO build (the `release-lto` profile), whose binaries land in target/release-lto/.
-    for cmd in commands:
-        assert f"-p {cmd}" in dockerfile and f"/release-lto/{cmd}" in dockerfile, f"the image does not build {cmd}"
-    assert "--profile release-lto" in dockerfile
+def dockerfile_stages(path):
+    """A Dockerfile's stages by name: {"from": base, "text": the stage's instructions}, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", open(path).read())
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.M))
+    stages, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"FROM (\S+) AS (\S+)", line)
+        if m:
+            base = re.sub(r"\$\{(\w+)\}", lambda a: args[a.group(1)], m.group(1))
+            current = stages[m.group(2)] = {"from": base, "text": ""}
+        elif current is not None and not line.startswith("#"):
+            current["text"] += line + "\n"
+    return stages
+
+
+def lineage(stages, name):
+    """The stage and the stages it is built FROM, nearest first."""
+    while name in stages:
+        yield stages[name]
+        name = stages[name]["from"]
+
+
+def manifest_images():
+    """Every container image the overlays, the KServe runtime and the init container name, without tags."""
+    images = set()
+    for overlay in OVERLAYS:
+        pod = one(k8s_objects(overlay)[1], "Deployment")["spec"]["template"]["spec"]
+        images |= {c["image"].split(":")[0] for c in pod["containers"] + pod["initContainers"]}
+    runtime = load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]
+    images |= {c["image"].split(":")[0] for c in runtime["spec"]["containers"]}
+    return images
+
+
+DOCKERFILE = os.path.join(DEPLOY, "docker", "Dockerfile")
+
+
+def test_make_image_builds_every_image_the_manifests_run():
+    stages = dockerfile_stages(DOCKERFILE)
+    script = open(os.path.join(ROOT, "scripts", "build-images.sh")).read()
+    # build-images.sh tags each Dockerfile target as infergate-<target>, and the models image from its own file.
+    built = {f"infergate-{t}" for t in re.search(r"for target in ([\w -]+); do", script).group(1).split()}
+    built.add("infergate-models")
+    assert "models.Dockerfile" in script
+    assert manifest_images() <= built, f"images no build makes: {manifest_images() - built}"
+    assert {b.removeprefix("infergate-") for b in built - {"infergate-models"}} <= stages.keys()
+
+
+def test_each_image_builds_the_binary_its_containers_run_stripped_from_release_lto():
+    stages = dockerfile_stages(DOCKERFILE)
+    build = stages["build"]["text"]
+    assert "--profile release-lto" in build, "the images ship the fat-LTO build the benchmarks measure"
+    assert "CARGO_PROFILE_RELEASE_LTO_STRIP=symbols" in build, "binaries in the images are stripped"
+    # The dependency layer: dependencies are built from the recipe before the sources are copied in.
+    assert build.index("cargo chef cook") < build.index("COPY . .") < build.index("cargo build")
+    runs = {}
+    for overlay in OVERLAYS:
+        pod = one(k8s_objects(overlay)[1], "Deployment")["spec"]["template"]["spec"]
+        for c in pod["containers"]:
+            runs[c["image"].split(":")[0]] = c["command"][0]
+    runtime = load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]["spec"]["containers"][0]
+    runs[runtime["image"].split(":")[0]] = runtime["command"][0]
+    for image, command in runs.items():
+        stage = image.removeprefix("infergate-")
+        text = "".join(s["text"] for s in lineage(stages, stage))
+        assert f"COPY --from=build /src/target/release-lto/{command} /usr/local/bin/{command}" in text, \
+            f"image {image} does not hold {command} from the release-lto build"
+        assert f"-p {command}" in build and f"--bin {command}" in build, f"the build does not build {command}"
+
+
+def test_the_images_run_as_a_numeric_non_root_user():
+    # Numeric, so the kubelet can check runAsNonRoot without a passwd file.
+    for name, stage in dockerfile_stages(DOCKERFILE).items():
+        if name in ("chef", "plan", "build"):
+            continue
+        users = re.findall(r"^USER (\S+)", stage["text"], re.M)
+        assert users and users[-1] == "65532:65532", f"stage {name} ends as user {users[-1:] or 'root'}"
+    models = open(os.path.join(DEPLOY, "docker", "models.Dockerfile")).read()
+    assert re.findall(r"^USER (\S+)", models, re.M)[-1] == "65532:65532"
+
+
+def test_the_gateway_image_holds_no_mesa_llvm_or_python_and_the_gpu_image_no_mesa():
+    stages = dockerfile_stages(DOCKERFILE)
+    gateway = list(lineage(stages, "gateway"))
+    assert gateway[-1]["from"].startswith("gcr.io/distroless/cc"), "the gateway's base is distroless (glibc only)"
+    text = "".join(s["text"] for s in gateway).lower()
+    for heavy in ("mesa", "llvm", "python", "apt-get", "infergate-backend"):
+        assert heavy not in text, f"the gateway image installs {heavy}"
+    backend = "".join(s["text"] for s in lineage(stages, "backend"))
+    assert "libvulkan1" in backend and "mesa" not in backend.lower()
+    assert "mesa-vulkan-drivers" in stages["backend-mesa"]["text"] and stages["backend-mesa"]["from"] == "backend"
+
+
+def test_the_images_run_with_a_read_only_root_filesystem():
+    # Every container the overlays run says so, and the only paths they write are volumes.
+    for overlay in OVERLAYS:
+        pod = one(k8s_objects(overlay)[1], "Deployment")["spec"]["template"]["spec"]
+        for c in pod["containers"] + pod["initContainers"]:
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, f"{overlay}: {c['name']}"
+            assert "exec" not in c.get("lifecycle", {}).get("preStop", {}) or c["name"] == "backend", \
+                f"{c['name']}: the distroless gateway image has no shell or sleep for an exec hook"
+        backend = next(c for c in pod["containers"] if c["name"] == "backend")
+        env = {e["name"]: e["value"] for e in backend["env"]}
+        assert env["XDG_CACHE_HOME"] in {m["mountPath"] for m in backend["volumeMounts"]}, "the cache is no volume"
+
+
+def test_the_build_context_leaves_out_build_outputs_and_git():
+    ignored = {line.strip() for line in open(os.path.join(ROOT, ".dockerignore")) if not line.startswith("#")}
+    assert {"target/", "**/target/", ".git/"} <= ignored
