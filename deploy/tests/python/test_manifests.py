@@ -1,11 +1,14 @@
 """The deployment files in deploy/ checked against the real processes.
 
-There is no cluster here, so each manifest is checked for what would break it in one: the Kubernetes objects
-reference each other consistently; the processes start with exactly the arguments, environment and files the
-manifests give them (paths and ports moved into a temporary folder and free ports), and every probe answers 200;
-the KServe runtime's tritonserver-style arguments serve; and the HPA's adapter rule reads a series the backend
-exports (the dashboard and the alerts are checked against a real Prometheus in test_prometheus.py). Run through
-`make test`."""
+There is no cluster here, so each manifest is checked for what would break it in one: the objects each overlay
+renders (test_k8s_validate.py renders and validates them) reference each other consistently and ask for their
+node kind's device, nodes and Vulkan driver; the fetch-models init container's command fills an empty models
+volume, and later adds a new version the running backend serves; the processes start with exactly the arguments,
+environment and files the manifests give them (paths and ports moved into a temporary folder and free ports), and
+every probe answers 200; the KServe runtime's tritonserver-style arguments serve; the HPA's adapter rule reads a
+series the backend exports; and the Dockerfile builds, stripped from the release-lto profile, the binary each
+image's containers run, as a non-root user, with no Mesa in the gateway image (the dashboard and the alerts are
+checked against a real Prometheus in test_prometheus.py). Run through `make test`."""
 
 import json
 import os
