@@ -1,6 +1,6 @@
 #!/bin/sh
 # The `fetch-models` init container: copies a Triton model repository from the models image into the
-# models volume (the PersistentVolumeClaim `infergate-models`), adding what the volume lacks.
+# pod's models volume (its own claim, or the shared claim of components/shared-models), adding what it lacks.
 #   fetch-models.sh SOURCE DEST
 # Version folders (<model>/<n>/) are immutable, as Triton treats them: one that exists in DEST is left alone,
 # a new one is copied into a hidden staging folder of DEST (the backend ignores it; one per pod, so replicas

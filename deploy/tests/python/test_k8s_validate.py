@@ -45,12 +45,29 @@ def tool(name):
 
 
 def kustomizations():
+    """Every folder that renders on its own (components/ hold Components, which render only inside another)."""
     return sorted(os.path.relpath(os.path.dirname(p), K8S)
-                  for p in glob.glob(os.path.join(K8S, "**", "kustomization.yaml"), recursive=True))
+                  for p in glob.glob(os.path.join(K8S, "**", "kustomization.yaml"), recursive=True)
+                  if not p.startswith(os.path.join(K8S, "components") + os.sep))
+
+
+def components():
+    return sorted(os.path.basename(os.path.dirname(p))
+                  for p in glob.glob(os.path.join(K8S, "components", "*", "kustomization.yaml")))
 
 
 def kustomize(folder):
     return copy.deepcopy(_kustomize(folder))
+
+
+def kustomize_with_component(tmp_path, overlay, component):
+    """An overlay with a component added, as a user's own kustomization does (kustomize takes relative paths)."""
+    up = os.path.relpath(K8S, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        f"resources: [{up}/overlays/{overlay}]\ncomponents: [{up}/components/{component}]\n")
+    r = subprocess.run([tool("kubectl"), "kustomize", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, f"overlays/{overlay} with components/{component} does not render:\n{r.stderr}"
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
 @functools.cache
@@ -128,6 +145,7 @@ def load_all(path):
 
 def test_every_overlay_and_the_monitoring_folder_have_a_kustomization():
     assert set(kustomizations()) == {"base", "monitoring"} | {f"overlays/{o}" for o in OVERLAYS}
+    assert components() == ["shared-models"]
 
 
 @pytest.mark.parametrize("folder", kustomizations())
@@ -138,6 +156,32 @@ def test_each_kustomization_renders_valid_objects(folder, version):
     errors = builtin_errors([o for o in objects if not is_custom(o)], version)
     errors += [e for o in objects if is_custom(o) for e in crd_errors(o)]
     assert not errors, f"deploy/k8s/{folder}:\n" + "\n".join(errors)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("component", components())
+def test_each_overlay_with_each_component_renders_valid_objects(overlay, component, tmp_path):
+    objects = kustomize_with_component(tmp_path, overlay, component)
+    errors = builtin_errors([o for o in objects if not is_custom(o)], KUBERNETES_VERSIONS[-1])
+    assert not errors, "\n".join(errors)
+
+
+def test_the_models_volume_is_a_claim_per_pod_unless_shared(tmp_path):
+    def models_volume(objects):
+        pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+        return next(v for v in pod["volumes"] if v["name"] == "models")
+
+    # By default each pod gets a claim of its own: ReadWriteOnce binds on every storage class and any node.
+    own = models_volume(kustomize("overlays/cpu"))
+    assert set(own) == {"name", "ephemeral"}
+    assert own["ephemeral"]["volumeClaimTemplate"]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # The shared-models component swaps it for one ReadWriteMany claim that it also creates.
+    objects = kustomize_with_component(tmp_path, "cpu", "shared-models")
+    shared = models_volume(objects)
+    assert set(shared) == {"name", "persistentVolumeClaim"}, f"two volume sources: {shared}"
+    claim = next(o for o in objects if o["kind"] == "PersistentVolumeClaim")
+    assert claim["metadata"]["name"] == shared["persistentVolumeClaim"]["claimName"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_the_kserve_resources_match_their_crds():
