@@ -18,13 +18,22 @@ export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
 export INFERGATE_ZOO_CACHE := $(CACHE)/zoo
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run test deps venv zoo build build-release build-bench lint test-rust test-python test-load bench clean supply-chain fuzz-smoke fuzz
+.PHONY: help run stop image test deps venv zoo build build-release build-bench lint test-rust test-python test-load bench clean supply-chain fuzz-smoke fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
+# `make run` records its processes here; `make stop` reads it. One per machine, as the ports are fixed.
+RUN_PIDS ?= $(CACHE)/run-local.pids
+
 run: deps build-release ## start the backend and the gateway on deploy/local (the example)
-	scripts/run-local.sh "$(TARGET_DIR)/release"
+	scripts/run-local.sh "$(TARGET_DIR)/release" "$(RUN_PIDS)"
+
+stop: ## stop what `make run` started (from another terminal): the gateway drains, then the backend stops
+	@scripts/stop-local.sh "$(RUN_PIDS)"
+
+image: ## the container images (deploy/docker/), where Docker runs; IMAGE_PREFIX=registry/path/ to tag for a registry
+	@scripts/build-images.sh "$(IMAGE_PREFIX)"
 
 test: deps venv zoo lint supply-chain test-rust test-python test-load fuzz-smoke ## everything: formatting, lints, supply chain, Rust tests, client tests, scenario smokes, fuzz smoke
 	@echo "==> all tests passed"

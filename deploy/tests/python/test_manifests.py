@@ -1,18 +1,23 @@
 """The deployment files in deploy/ checked against the real processes.
 
-There is no cluster here, so each manifest is checked for what would break it in one: the Kubernetes objects
-reference each other consistently; the processes start with exactly the arguments, environment and files the
-manifests give them (paths and ports moved into a temporary folder and free ports), and every probe answers 200;
-the KServe runtime's tritonserver-style arguments serve; and the HPA's adapter rule reads a series the backend
-exports (the dashboard and the alerts are checked against a real Prometheus in test_prometheus.py). Run through
-`make test`."""
+There is no cluster here, so each manifest is checked for what would break it in one: the objects each overlay
+renders (test_k8s_validate.py renders and validates them) reference each other consistently and ask for their
+node kind's device, nodes and Vulkan driver; the fetch-models init container's command fills an empty models
+volume, and later adds a new version the running backend serves; the processes start with exactly the arguments,
+environment and files the manifests give them (paths and ports moved into a temporary folder and free ports), and
+every probe answers 200; the KServe runtime's tritonserver-style arguments serve; the HPA's adapter rule reads a
+series the backend exports; and the Dockerfile builds, stripped from the release-lto profile, the binary each
+image's containers run, as a non-root user, with no Mesa in the gateway image (the dashboard and the alerts are
+checked against a real Prometheus in test_prometheus.py). Run through `make test`."""
 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -22,9 +27,11 @@ import yaml
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "gateway", "tests", "python"))
 from test_gateway_e2e import MODELS, binary, free_ports, wait_ready  # noqa: E402
+from test_k8s_validate import OVERLAYS, kustomize  # noqa: E402
 
 DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "k8s")
+BASE = os.path.join(K8S, "base")
 
 
 def load_all(path):
@@ -32,12 +39,9 @@ def load_all(path):
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
-def k8s_objects():
-    kust = load_all(os.path.join(K8S, "kustomization.yaml"))[0]
-    objects = []
-    for res in kust["resources"]:
-        objects += load_all(os.path.join(K8S, res))
-    return kust, objects
+def k8s_objects(overlay="cpu"):
+    """The base kustomization, and the objects `kubectl kustomize` renders for an overlay."""
+    return load_all(os.path.join(BASE, "kustomization.yaml"))[0], kustomize(f"overlays/{overlay}")
 
 
 def one(objects, kind):
@@ -54,11 +58,9 @@ def http_get(url):
         return e.code, e.read()
 
 
-def test_kustomization_objects_reference_each_other():
-    kust, objects = k8s_objects()
-    for gen in kust["configMapGenerator"]:
-        for f in gen["files"]:
-            assert os.path.isfile(os.path.join(K8S, f)), f"configMapGenerator file {f} is missing"
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kustomization_objects_reference_each_other(overlay):
+    kust, objects = k8s_objects(overlay)
     deploy = one(objects, "Deployment")
     pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
     assert deploy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
@@ -74,7 +76,11 @@ def test_kustomization_objects_reference_each_other():
         for p in svc["spec"]["ports"]:
             assert p["targetPort"] in port_names, f"Service port {p['name']} targets unknown port {p['targetPort']}"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    for c in pod["containers"]:
+    claims = {o["metadata"]["name"] for o in objects if o["kind"] == "PersistentVolumeClaim"}
+    for v in volumes.values():
+        if "persistentVolumeClaim" in v:
+            assert v["persistentVolumeClaim"]["claimName"] in claims, "the models volume's claim is not rendered"
+    for c in pod["containers"] + pod.get("initContainers", []):
         for m in c.get("volumeMounts", []):
             assert m["name"] in volumes, f"{c['name']} mounts unknown volume {m['name']}"
             # subPath mounts of a ConfigMap are never updated: live reload needs the folder.
@@ -88,8 +94,37 @@ def test_kustomization_objects_reference_each_other():
     assert pod["terminationGracePeriodSeconds"] > 30, "the kubelet must wait longer than the drain timeouts"
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_overlay_asks_for_its_device_node_and_vulkan_driver(overlay):
+    # What each node kind needs: the device resource the device plugin offers, nodes that have it, and the
+    # Vulkan driver (ICD) that reaches it, in an image that holds it.
+    want = {
+        "cpu": (None, "kubernetes.io/arch", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json", "infergate-backend-mesa"),
+        "nvidia": ("nvidia.com/gpu", "nvidia.com/gpu.present", "/etc/vulkan/icd.d/nvidia_icd.json",
+                   "infergate-backend"),
+        "amd": ("amd.com/gpu", "feature.node.kubernetes.io/amd-gpu", "/usr/share/vulkan/icd.d/radeon_icd.x86_64.json",
+                "infergate-backend-mesa"),
+        "intel": ("gpu.intel.com/i915", "intel.feature.node.kubernetes.io/gpu",
+                  "/usr/share/vulkan/icd.d/intel_icd.x86_64.json", "infergate-backend-mesa"),
+    }[overlay]
+    device, node_label, icd, image = want
+    pod = one(k8s_objects(overlay)[1], "Deployment")["spec"]["template"]["spec"]
+    backend = next(c for c in pod["containers"] if c["name"] == "backend")
+    limits = backend["resources"]["limits"]
+    gpus = {k for k in limits if k not in ("cpu", "memory")}
+    assert gpus == ({device} if device else set()), f"{overlay}: device resources {gpus}"
+    assert node_label in pod["nodeSelector"], f"{overlay}: nodes not selected by {node_label}"
+    if device:
+        assert any(t["key"] == device for t in pod["tolerations"]), f"{overlay}: no toleration of {device} taints"
+    env = {e["name"]: e["value"] for e in backend["env"]}
+    assert icd in env["VK_ICD_FILENAMES"].split(":"), f"{overlay}: VK_ICD_FILENAMES={env['VK_ICD_FILENAMES']}"
+    assert backend["image"].split(":")[0] == image, f"{overlay}: backend image {backend['image']}"
+    if overlay == "nvidia":
+        assert "graphics" in env["NVIDIA_DRIVER_CAPABILITIES"], "the toolkit mounts the Vulkan ICD only for graphics"
+
+
 def test_the_shipped_rules_pass_check():
-    r = subprocess.run([binary("infergate-gateway"), "check", os.path.join(K8S, "routes.yaml")],
+    r = subprocess.run([binary("infergate-gateway"), "check", os.path.join(BASE, "routes.yaml")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -147,12 +182,21 @@ def port_number(container, port):
     return next(p["containerPort"] for p in container["ports"] if p["name"] == port)
 
 
+def fetch_models(init, place, log):
+    """Runs the fetch-models init container's command (busybox's sh in the models image; this machine's sh here)."""
+    argv = [init["command"][0]] + [place.arg(a) for a in init["command"][1:] + init.get("args", [])]
+    with open(log, "a") as out:
+        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT).returncode
+
+
 @pytest.fixture(scope="module")
 def pod(tmp_path_factory):
-    """The Deployment's two containers, started as the manifest says."""
+    """The cpu overlay's pod: the init container fills an empty models volume from the repository the models image
+    holds (deploy/local/models here), then the two containers start as the manifest says."""
     tmp = tmp_path_factory.mktemp("k8s-pod")
     _, objects = k8s_objects()
-    containers = {c["name"]: c for c in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]}
+    spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in spec["containers"]}
     # Declared ports, and the ports the processes listen on inside the pod only (the backend's loopback ones).
     manifest_ports = sorted({p["containerPort"] for c in containers.values() for p in c["ports"]}
                             | {int(m) for c in containers.values() for a in c.get("args", [])
@@ -161,12 +205,16 @@ def pod(tmp_path_factory):
     # The ConfigMap's folder, with the rules' upstream ports moved like the backend's.
     config_dir = tmp / "etc-infergate"
     config_dir.mkdir()
-    rules = open(os.path.join(K8S, "routes.yaml")).read()
+    rules = open(os.path.join(BASE, "routes.yaml")).read()
     for src, dst in ports.items():
         rules = rules.replace(f"127.0.0.1:{src}\"", f"127.0.0.1:{dst}\"")
     (config_dir / "routes.yaml").write_text(rules)
     (tmp / "cache").mkdir()
-    place = Relocated(ports, {"/etc/infergate": str(config_dir), "/models": MODELS, "/cache": str(tmp / "cache")})
+    (tmp / "models").mkdir()  # the PersistentVolumeClaim, empty at first
+    place = Relocated(ports, {"/etc/infergate": str(config_dir), "/models": str(tmp / "models"),
+                              "/cache": str(tmp / "cache"), "/scripts": BASE, "/repository": MODELS})
+    init = next(c for c in spec["initContainers"] if c["name"] == "fetch-models")
+    assert fetch_models(init, place, tmp / "fetch-models.log") == 0, (tmp / "fetch-models.log").read_text()
     backend, gateway = containers["backend"], containers["gateway"]
     blog, glog = tmp / "backend.log", tmp / "gateway.log"
     procs = [start(place.command(backend), place.env(backend), blog)]
@@ -174,7 +222,8 @@ def pod(tmp_path_factory):
         wait_ready(f"http://127.0.0.1:{ports[port_number(backend, 'metrics')]}/v2/health/ready", procs[0], blog)
         procs.append(start(place.command(gateway), place.env(gateway), glog))
         wait_ready(f"http://127.0.0.1:{ports[port_number(gateway, 'admin')]}/ready", procs[1], glog, timeout=20)
-        yield {"containers": containers, "ports": ports, "rules": config_dir / "routes.yaml",
+        yield {"containers": containers, "ports": ports, "rules": config_dir / "routes.yaml", "init": init,
+               "place": place, "tmp": tmp,
                "data": f"127.0.0.1:{ports[port_number(gateway, 'http')]}",
                "admin": f"127.0.0.1:{ports[port_number(gateway, 'admin')]}",
                "metrics": f"127.0.0.1:{ports[port_number(backend, 'metrics')]}"}
@@ -188,6 +237,29 @@ def test_every_probe_of_the_deployment_answers_200(pod):
             port = pod["ports"][port_number(c, get["port"])]
             status, body = http_get(f"http://127.0.0.1:{port}{get['path']}")
             assert status == 200, f"{name} {kind} {get['path']}: {status} {body[:200]!r}"
+
+
+def test_a_new_models_image_adds_a_version_the_running_backend_serves(pod):
+    # A rollout with a newer models image reruns fetch-models on the filled volume: it adds the new version
+    # folder (never rewriting one that is there) and the running backend loads it (--model-control-mode=poll).
+    newer = pod["tmp"] / "newer-repository"
+    shutil.copytree(MODELS, newer)
+    shutil.copytree(newer / "simple" / "2", newer / "simple" / "3")
+    (newer / "simple" / "1" / "model.onnx").write_bytes(b"not what the volume holds")
+    place = Relocated(pod["place"].ports, {**pod["place"].paths, "/repository": str(newer)})
+    log = pod["tmp"] / "fetch-models-again.log"
+    assert fetch_models(pod["init"], place, log) == 0, log.read_text()
+    assert "added simple/3" in log.read_text() and "added simple/1" not in log.read_text()
+    volume = pod["tmp"] / "models"
+    assert (volume / "simple" / "1" / "model.onnx").read_bytes() == open(
+        os.path.join(MODELS, "simple", "1", "model.onnx"), "rb").read(), "an existing version was rewritten"
+    assert not [p for p in os.listdir(volume) if p.startswith(".")], "fetch-models left its staging folder"
+    url = f"http://127.0.0.1:{pod['ports'][8000]}/v2/models/simple/versions/3/ready"  # the backend's REST port
+    for _ in range(300):  # the backend applies a change once the repository is quiet for 0.5 s
+        if http_get(url)[0] == 200:
+            break
+        time.sleep(0.1)
+    assert http_get(url)[0] == 200, "the backend did not load the version fetch-models added"
 
 
 def infer(data_addr, caller):
@@ -276,13 +348,111 @@ def test_inference_service_uses_the_runtime_and_a_supported_format():
     assert model["protocolVersion"] in runtime["spec"]["protocolVersions"]
 
 
-def test_the_dockerfile_builds_the_binaries_the_manifests_run():
-    dockerfile = open(os.path.join(DEPLOY, "docker", "Dockerfile")).read()
-    _, objects = k8s_objects()
-    commands = {c["command"][0] for c in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]}
-    commands.add(load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]["spec"]["containers"][0]
-                 ["command"][0])
-    # The image ships the fat-LTO build (the `release-lto` profile), whose binaries land in target/release-lto/.
-    for cmd in commands:
-        assert f"-p {cmd}" in dockerfile and f"/release-lto/{cmd}" in dockerfile, f"the image does not build {cmd}"
-    assert "--profile release-lto" in dockerfile
+def dockerfile_stages(path):
+    """A Dockerfile's stages by name: {"from": base, "text": the stage's instructions}, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", open(path).read())
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.M))
+    stages, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"FROM (\S+) AS (\S+)", line)
+        if m:
+            base = re.sub(r"\$\{(\w+)\}", lambda a: args[a.group(1)], m.group(1))
+            current = stages[m.group(2)] = {"from": base, "text": ""}
+        elif current is not None and not line.startswith("#"):
+            current["text"] += line + "\n"
+    return stages
+
+
+def lineage(stages, name):
+    """The stage and the stages it is built FROM, nearest first."""
+    while name in stages:
+        yield stages[name]
+        name = stages[name]["from"]
+
+
+def manifest_images():
+    """Every container image the overlays, the KServe runtime and the init container name, without tags."""
+    images = set()
+    for overlay in OVERLAYS:
+        pod = one(k8s_objects(overlay)[1], "Deployment")["spec"]["template"]["spec"]
+        images |= {c["image"].split(":")[0] for c in pod["containers"] + pod["initContainers"]}
+    runtime = load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]
+    images |= {c["image"].split(":")[0] for c in runtime["spec"]["containers"]}
+    return images
+
+
+DOCKERFILE = os.path.join(DEPLOY, "docker", "Dockerfile")
+
+
+def test_make_image_builds_every_image_the_manifests_run():
+    stages = dockerfile_stages(DOCKERFILE)
+    script = open(os.path.join(ROOT, "scripts", "build-images.sh")).read()
+    # build-images.sh tags each Dockerfile target as infergate-<target>, and the models image from its own file.
+    built = {f"infergate-{t}" for t in re.search(r"for target in ([\w -]+); do", script).group(1).split()}
+    built.add("infergate-models")
+    assert "models.Dockerfile" in script
+    assert manifest_images() <= built, f"images no build makes: {manifest_images() - built}"
+    assert {b.removeprefix("infergate-") for b in built - {"infergate-models"}} <= stages.keys()
+
+
+def test_each_image_builds_the_binary_its_containers_run_stripped_from_release_lto():
+    stages = dockerfile_stages(DOCKERFILE)
+    build = stages["build"]["text"]
+    assert "--profile release-lto" in build, "the images ship the fat-LTO build the benchmarks measure"
+    assert "CARGO_PROFILE_RELEASE_LTO_STRIP=symbols" in build, "binaries in the images are stripped"
+    # The dependency layer: dependencies are built from the recipe before the sources are copied in.
+    assert build.index("cargo chef cook") < build.index("COPY . .") < build.index("cargo build")
+    runs = {}
+    for overlay in OVERLAYS:
+        pod = one(k8s_objects(overlay)[1], "Deployment")["spec"]["template"]["spec"]
+        for c in pod["containers"]:
+            runs[c["image"].split(":")[0]] = c["command"][0]
+    runtime = load_all(os.path.join(DEPLOY, "kserve", "servingruntime.yaml"))[0]["spec"]["containers"][0]
+    runs[runtime["image"].split(":")[0]] = runtime["command"][0]
+    for image, command in runs.items():
+        stage = image.removeprefix("infergate-")
+        text = "".join(s["text"] for s in lineage(stages, stage))
+        assert f"COPY --from=build /src/target/release-lto/{command} /usr/local/bin/{command}" in text, \
+            f"image {image} does not hold {command} from the release-lto build"
+        assert f"-p {command}" in build and f"--bin {command}" in build, f"the build does not build {command}"
+
+
+def test_the_images_run_as_a_numeric_non_root_user():
+    # Numeric, so the kubelet can check runAsNonRoot without a passwd file.
+    for name, stage in dockerfile_stages(DOCKERFILE).items():
+        if name in ("chef", "plan", "build"):
+            continue
+        users = re.findall(r"^USER (\S+)", stage["text"], re.M)
+        assert users and users[-1] == "65532:65532", f"stage {name} ends as user {users[-1:] or 'root'}"
+    models = open(os.path.join(DEPLOY, "docker", "models.Dockerfile")).read()
+    assert re.findall(r"^USER (\S+)", models, re.M)[-1] == "65532:65532"
+
+
+def test_the_gateway_image_holds_no_mesa_llvm_or_python_and_the_gpu_image_no_mesa():
+    stages = dockerfile_stages(DOCKERFILE)
+    gateway = list(lineage(stages, "gateway"))
+    assert gateway[-1]["from"].startswith("gcr.io/distroless/cc"), "the gateway's base is distroless (glibc only)"
+    text = "".join(s["text"] for s in gateway).lower()
+    for heavy in ("mesa", "llvm", "python", "apt-get", "infergate-backend"):
+        assert heavy not in text, f"the gateway image installs {heavy}"
+    backend = "".join(s["text"] for s in lineage(stages, "backend"))
+    assert "libvulkan1" in backend and "mesa" not in backend.lower()
+    assert "mesa-vulkan-drivers" in stages["backend-mesa"]["text"] and stages["backend-mesa"]["from"] == "backend"
+
+
+def test_the_images_run_with_a_read_only_root_filesystem():
+    # Every container the overlays run says so, and the only paths they write are volumes.
+    for overlay in OVERLAYS:
+        pod = one(k8s_objects(overlay)[1], "Deployment")["spec"]["template"]["spec"]
+        for c in pod["containers"] + pod["initContainers"]:
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, f"{overlay}: {c['name']}"
+            assert "exec" not in c.get("lifecycle", {}).get("preStop", {}) or c["name"] == "backend", \
+                f"{c['name']}: the distroless gateway image has no shell or sleep for an exec hook"
+        backend = next(c for c in pod["containers"] if c["name"] == "backend")
+        env = {e["name"]: e["value"] for e in backend["env"]}
+        assert env["XDG_CACHE_HOME"] in {m["mountPath"] for m in backend["volumeMounts"]}, "the cache is no volume"
+
+
+def test_the_build_context_leaves_out_build_outputs_and_git():
+    ignored = {line.strip() for line in open(os.path.join(ROOT, ".dockerignore")) if not line.startswith("#")}
+    assert {"target/", "**/target/", ".git/"} <= ignored
