@@ -28,7 +28,7 @@ use crate::proxy::{Body, BoxError, boxed};
 use crate::quota::QuotaDecision;
 use crate::request_target;
 use crate::retry::{self, ReplayBody, RetryError, SendTry, UpstreamFailure};
-use crate::route::grpc::{FRAME_HEADER_LEN, GrpcPeek, frame_header, peek_model};
+use crate::route::grpc::{FRAME_HEADER_LEN, GrpcPeek, ModelFields, frame_header, peek_model_fields};
 use crate::route::{ModelRef, RequestFacts};
 use crate::split::{rewrite_grpc_version, rewrite_rest_path};
 use crate::upstream::{FailureKind, Upstream, UpstreamBody, UpstreamError};
@@ -179,8 +179,14 @@ async fn run(
     let body: Body = Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)).boxed_unsync();
 
     // gRPC routes that match on the model need the model name from the body before matching: the whole
-    // first message, since its last `model_name` is the one the backend acts on.
-    let peeking = grpc && rules.routes.uses_model_match();
+    // first message, since its last `model_name` is the one the backend acts on. Where the name sits depends
+    // on the call (repository load and unload carry it in field 2).
+    let model_fields = if grpc {
+        ModelFields::of_method(parts.uri.path())
+    } else {
+        None
+    };
+    let peeking = rules.routes.uses_model_match() && model_fields.is_some();
     let mut body = if peeking {
         let body = buffer(body, PEEK_LIMIT, max_body).await?;
         complete_first_message(body, max_body).await?
@@ -190,8 +196,8 @@ async fn run(
             rest: body,
         }
     };
-    let peeked = if peeking {
-        peek_model(body.first_bytes())
+    let peeked = if let Some(fields) = model_fields.filter(|_| peeking) {
+        peek_model_fields(body.first_bytes(), fields)
     } else {
         GrpcPeek::Missing
     };
@@ -295,7 +301,9 @@ async fn run(
     // Replay buffering: for retries, mirroring and gRPC version rewrites.
     let policy = &route.retry;
     let mirror = route.mirror.as_ref().filter(|mp| mp.sample());
-    let needs_whole = policy.retries() || mirror.is_some() || (grpc && dest.model_version.is_some());
+    let rewrites_grpc_version =
+        grpc && dest.model_version.is_some() && model_fields.and_then(|f| f.version).is_some();
+    let needs_whole = policy.retries() || mirror.is_some() || rewrites_grpc_version;
     if needs_whole && !body.is_replayable() {
         body = match body {
             ReplayBody::Once { prefix, rest } if prefix.is_empty() => {
@@ -305,7 +313,10 @@ async fn run(
         };
     }
     if let Some(version) = &dest.model_version {
-        if grpc {
+        if grpc && model_fields.and_then(|f| f.version).is_none() {
+            // The call's messages carry no version (repository load and unload, server and health calls):
+            // there is nothing to pin, and writing field 2 would change another field.
+        } else if grpc {
             let Some(bytes) = body.bytes() else {
                 return Err(GatewayError::new(
                     ErrorKind::PayloadTooLarge,
@@ -503,7 +514,7 @@ async fn buffer(body: Body, limit: usize, max_body: u64) -> Result<ReqBody, Gate
 }
 
 /// Reads on from a body that [`buffer`] left streaming until its first gRPC message is whole (bounded by the
-/// body limit), so that [`peek_model`] sees every field of it. A body that ends on the way comes back whole.
+/// body limit), so that [`peek_model_fields`] sees every field of it. A body that ends on the way comes back whole.
 async fn complete_first_message(body: ReqBody, max_body: u64) -> Result<ReqBody, GatewayError> {
     let ReplayBody::Once { prefix, mut rest } = body else {
         return Ok(body);

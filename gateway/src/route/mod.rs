@@ -20,7 +20,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 pub use compile::{CompileError, PolicyStores, caller_policy};
-pub use kserve::{ModelRef, RestModelPath, parse_rest_model_path};
+pub use kserve::{ModelRef, RestModelPath, parse_repository_model_path, parse_rest_model_path};
 
 use crate::caller::CallerPolicy;
 use crate::canary::CanaryState;
@@ -67,8 +67,9 @@ pub struct RequestFacts<'a> {
 impl<'a> RequestFacts<'a> {
     /// Facts from the request head, whose target [`crate::request_target::canonicalise`] has checked and
     /// rewritten. The host is the URI's authority (HTTP/2 `:authority`, absolute-form) or `Host`, without port
-    /// and trailing dot. The model is parsed from a REST `/v2/models/{name}` path as written (set the decoded
-    /// name with [`RequestFacts::with_model`] when it holds escapes, and for gRPC after peeking the body).
+    /// and trailing dot. The model is parsed from a REST `/v2/models/{name}` or
+    /// `/v2/repository/models/{name}/load|unload` path as written (set the decoded name with
+    /// [`RequestFacts::with_model`] when it holds escapes, and for gRPC after peeking the body).
     pub fn new(method: &'a Method, uri: &'a Uri, headers: &'a HeaderMap) -> Self {
         let host = uri.authority().map(|a| route_host(a.as_str())).or_else(|| {
             headers
@@ -77,7 +78,9 @@ impl<'a> RequestFacts<'a> {
                 .map(route_host)
         });
         let path = uri.path();
-        let model = parse_rest_model_path(path).map(|p| p.model);
+        let model = parse_rest_model_path(path)
+            .map(|p| p.model)
+            .or_else(|| parse_repository_model_path(path));
         Self {
             method,
             host,
