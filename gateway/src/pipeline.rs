@@ -19,16 +19,16 @@ use tokio::time::Instant;
 
 use crate::bridge;
 use crate::caller::Caller;
-use crate::config_state::{Rules, RuntimeState};
+use crate::config_state::{Rules, RuntimeState, Snapshot};
 use crate::error::{ErrorKind, GatewayError, GrpcCode};
 use crate::headers::{self, UpgradeRequest};
 use crate::listener::ConnInfo;
 use crate::metrics::{self as m, DestinationMetrics};
+use crate::model_ref::grpc::{FRAME_HEADER_LEN, GrpcPeek, ModelFields, frame_header, peek_model_fields};
 use crate::proxy::{Body, BoxError, boxed};
 use crate::quota::QuotaDecision;
 use crate::request_target;
 use crate::retry::{self, ReplayBody, RetryError, SendTry, UpstreamFailure};
-use crate::route::grpc::{FRAME_HEADER_LEN, GrpcPeek, ModelFields, frame_header, peek_model_fields};
 use crate::route::{ModelRef, RequestFacts};
 use crate::split::{rewrite_grpc_version, rewrite_rest_path};
 use crate::upstream::{FailureKind, Upstream, UpstreamBody, UpstreamError};
@@ -153,7 +153,7 @@ impl Labels {
 
 async fn run(
     state: &Arc<RuntimeState>,
-    rules: &Arc<Rules>,
+    rules: &Snapshot,
     conn: &Arc<ConnInfo>,
     req: Request<Body>,
     grpc: bool,
