@@ -287,3 +287,60 @@ impl<T: Send + Sync + 'static> Live<T> {
         let _ = self.events.send(outcome.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostic::Pos;
+
+    /// A loader that accepts digits and refuses anything else; it counts nothing and changes nothing.
+    fn digits() -> Loader<u32> {
+        Arc::new(|text: &str, file: &Path, _running: Option<&u32>| {
+            text.trim()
+                .parse()
+                .map(|value| Loaded {
+                    value,
+                    warnings: Vec::new(),
+                })
+                .map_err(|_| Diagnostics::single(Diagnostic::error(file, Pos::default(), "not a number")))
+        })
+    }
+
+    #[test]
+    fn every_attempt_goes_through_one_path_and_a_refusal_changes_nothing() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let observer: Observer<u32> = {
+            let seen = seen.clone();
+            Box::new(move |outcome, running| {
+                seen.lock().unwrap().push((outcome.label(), running.value));
+            })
+        };
+        let live = Live::start("n.txt", "1", digits(), Some(observer)).unwrap();
+        assert_eq!(live.current().content_hash, content_hash("1"));
+
+        assert!(matches!(live.apply("x"), ReloadOutcome::Rejected(_)));
+        assert_eq!(**live.current(), 1, "a refused text leaves the value");
+        assert_eq!(live.current().content_hash, content_hash("1"));
+        assert_eq!(
+            live.apply("x"),
+            ReloadOutcome::Unchanged,
+            "refused once is enough"
+        );
+        assert_eq!(live.apply("1"), ReloadOutcome::Unchanged, "what runs already");
+        assert!(matches!(live.apply("2"), ReloadOutcome::Applied { .. }));
+        assert_eq!(**live.current(), 2);
+
+        let status = live.status();
+        assert_eq!((status.reloads, status.rejections), (1, 1));
+        assert_eq!(status.content_hash, content_hash("2"));
+        assert_eq!(
+            status.last_rejection.unwrap().content_hash,
+            Some(content_hash("x"))
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![("rejected", 1), ("applied", 2)],
+            "the observer sees each attempt that did something, with the value in force after it"
+        );
+    }
+}
