@@ -5,12 +5,14 @@
 //! - [`parse_pbtxt`] / [`parse_model_yaml`]: Triton model configs into [`ModelConfig`], written back as
 //!   Triton's JSON by [`ModelConfig::to_triton_json`].
 //! - [`scan_repository`]: a Triton model repository's folders, configs and numeric versions.
-//! - [`ConfigWatcher`]: live reload (notify on the file's folder, arc-swap), for any config type.
+//! - [`Live`]: the running value of a config file in one `ArcSwap`, and the one path that reloads it;
+//!   [`ConfigWatcher`] re-reads it on file changes and SIGHUP, for any config type.
 //! - [`check_gateway_file`] / [`check_model_repository`]: every problem, for `check` subcommands.
 //! - Every parse function returns [`Diagnostics`]: all problems found, each `file:line:column: message`.
 
 mod diagnostic;
 mod file;
+mod live;
 pub mod model;
 mod node;
 mod pbtxt;
@@ -24,6 +26,9 @@ use std::path::Path;
 
 pub use diagnostic::{Diagnostic, Diagnostics, Pos, Severity};
 pub use file::read_config_file;
+pub use live::{
+    Live, Loaded, Loader, Observer, Rejection, ReloadOutcome, ReloadStatus, Running, content_hash,
+};
 pub use model::{
     DataType, DynamicBatching, EnsembleScheduling, EnsembleStep, Format, InstanceGroup, InstanceKind,
     LoadedModelConfig, ModelConfig, ModelInput, ModelOutput, ModelTransactionPolicy, ModelWarmup, Parameter,
@@ -42,10 +47,7 @@ pub use routes::{
     load_gateway_config, parse_gateway_config,
 };
 pub use units::{ByteSize, Rate};
-pub use watcher::{
-    ConfigReader, ConfigWatcher, Loaded, Loader, Rejection, ReloadOutcome, ReloadStatus, WatchOptions,
-    gateway_loader,
-};
+pub use watcher::{ConfigWatcher, WatchOptions, gateway_loader};
 
 /// Config files larger than this are refused before parsing (1 MiB).
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;

@@ -1,4 +1,5 @@
-//! Live reload: watch a config file's folder, and on each change parse → validate → swap.
+//! Live reload: watch a config file's folder, and on each change re-read it into its [`Live`] value (which
+//! parses, validates and swaps).
 //!
 //! The folder (not the file) is watched so that every way a file gets replaced is seen: in-place writes,
 //! editors' write-to-temp-then-rename, delete then recreate, and Kubernetes' ConfigMap update (the
@@ -7,38 +8,24 @@
 //! events about the folder's other files are dropped on the watcher's thread (a log written next to the
 //! config must neither keep the gateway's threads busy nor hold a reload back). The debounce waits for the
 //! file's events to stop, but never longer than `MAX_DEBOUNCE_ROUNDS` quiet periods. A file whose content
-//! hash is unchanged is not a reload. SIGHUP and a slow safety-net poll trigger the same re-read. An invalid
-//! file leaves the running value in place and records the rejection (text, time, content hash).
+//! hash is unchanged is not a reload. SIGHUP and a slow safety-net poll trigger the same re-read. What a
+//! re-read does (hash, load, swap or refuse) is [`Live::apply`]'s, the same for every trigger.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
-use sha2::{Digest, Sha256};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Pos};
-use crate::file::read_config_file;
+use crate::live::{Live, Loaded, Loader, Rejection, ReloadOutcome, ReloadStatus, Running};
 use crate::routes::{GatewayConfig, load_gateway_config};
 
 /// However busy the file's events keep the folder, a re-read waits at most this many debounce periods.
 const MAX_DEBOUNCE_ROUNDS: u32 = 10;
-
-/// A freshly loaded value with the warnings found while loading it.
-#[derive(Debug, Clone)]
-pub struct Loaded<T> {
-    /// The value to run.
-    pub value: T,
-    /// Warnings (they do not stop the reload).
-    pub warnings: Vec<Diagnostic>,
-}
-
-/// Turns file text into a value: `(text, file, running value)`; the running value is `None` at start-up.
-pub type Loader<T> = Arc<dyn Fn(&str, &Path, Option<&T>) -> Result<Loaded<T>, Diagnostics> + Send + Sync>;
 
 /// How the watcher behaves.
 #[derive(Debug, Clone)]
@@ -64,177 +51,12 @@ impl Default for WatchOptions {
     }
 }
 
-/// A refused reload.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rejection {
-    /// When it was refused.
-    pub at: SystemTime,
-    /// SHA-256 (hex) of the refused content; `None` when the file could not be read.
-    pub content_hash: Option<String>,
-    /// Every problem, one per line (`file:line:column: message`).
-    pub error: String,
-    /// The same problems, structured.
-    pub diagnostics: Diagnostics,
-}
-
-/// Where the watched config stands.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReloadStatus {
-    /// The watched file.
-    pub file: PathBuf,
-    /// When the running value was loaded.
-    pub loaded_at: SystemTime,
-    /// SHA-256 (hex) of the running value's file content.
-    pub content_hash: String,
-    /// Warnings of the running value.
-    pub warnings: Vec<Diagnostic>,
-    /// Successful reloads since start (the initial load not counted).
-    pub reloads: u64,
-    /// Refused reloads since start.
-    pub rejections: u64,
-    /// The most recent refusal, if any (kept after later successful reloads).
-    pub last_rejection: Option<Rejection>,
-}
-
-/// The result of one reload attempt, broadcast to subscribers (for metrics and logs).
-#[derive(Debug, Clone, PartialEq)]
-pub enum ReloadOutcome {
-    /// A new value is running.
-    Applied {
-        /// SHA-256 (hex) of the new content.
-        content_hash: String,
-        /// Its warnings.
-        warnings: Vec<Diagnostic>,
-    },
-    /// The file was refused; the running value stays.
-    Rejected(Rejection),
-    /// The content is the same as the running value (or as the last refused content): nothing to do.
-    Unchanged,
-}
-
-impl ReloadOutcome {
-    /// A low-cardinality label for metrics: `applied`, `rejected`, `unchanged`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            ReloadOutcome::Applied { .. } => "applied",
-            ReloadOutcome::Rejected(_) => "rejected",
-            ReloadOutcome::Unchanged => "unchanged",
-        }
-    }
-}
-
-struct Shared<T> {
-    file: PathBuf,
-    loader: Loader<T>,
-    current: ArcSwap<T>,
-    status: watch::Sender<ReloadStatus>,
-    events: broadcast::Sender<ReloadOutcome>,
-    /// Serialises reloads; holds the hash of the last refused content.
-    reload_lock: Mutex<Option<String>>,
-}
-
-/// A cheap, cloneable read handle on a watched config.
-pub struct ConfigReader<T> {
-    shared: Arc<Shared<T>>,
-}
-
-impl<T> Clone for ConfigReader<T> {
-    fn clone(&self) -> Self {
-        ConfigReader {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// Watches a config file and holds its current value (see the module docs).
+/// Watches a config file and re-reads it into its [`Live`] value (see the module docs). The watcher holds
+/// no value of its own: every read goes through [`Live::reload`].
 pub struct ConfigWatcher<T> {
-    shared: Arc<Shared<T>>,
+    live: Arc<Live<T>>,
     task: JoinHandle<()>,
     _fs: Option<RecommendedWatcher>,
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-impl<T: Send + Sync + 'static> Shared<T> {
-    /// Reads, parses, validates and swaps; never panics, never leaves a partial value.
-    fn reload(&self) -> ReloadOutcome {
-        let mut last_rejected = match self.reload_lock.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let text = match read_config_file(&self.file) {
-            Ok(t) => t,
-            Err(d) => return self.reject(&mut last_rejected, None, d),
-        };
-        let hash = sha256_hex(text.as_bytes());
-        if hash == self.status.borrow().content_hash || last_rejected.as_deref() == Some(hash.as_str()) {
-            return ReloadOutcome::Unchanged;
-        }
-        let running = self.current.load_full();
-        match (self.loader)(&text, &self.file, Some(&running)) {
-            Ok(loaded) => {
-                self.current.store(Arc::new(loaded.value));
-                *last_rejected = None;
-                self.status.send_modify(|s| {
-                    s.loaded_at = SystemTime::now();
-                    s.content_hash = hash.clone();
-                    s.warnings = loaded.warnings.clone();
-                    s.reloads += 1;
-                });
-                for w in &loaded.warnings {
-                    tracing::warn!(file = %self.file.display(), "{w}");
-                }
-                tracing::info!(file = %self.file.display(), hash = %&hash[..12], "config reloaded");
-                let outcome = ReloadOutcome::Applied {
-                    content_hash: hash,
-                    warnings: loaded.warnings,
-                };
-                let _ = self.events.send(outcome.clone());
-                outcome
-            }
-            Err(d) => self.reject(&mut last_rejected, Some(hash), d),
-        }
-    }
-
-    fn reject(
-        &self,
-        last_rejected: &mut Option<String>,
-        hash: Option<String>,
-        diagnostics: Diagnostics,
-    ) -> ReloadOutcome {
-        if hash.is_some() && *last_rejected == hash {
-            return ReloadOutcome::Unchanged;
-        }
-        last_rejected.clone_from(&hash);
-        let rejection = Rejection {
-            at: SystemTime::now(),
-            content_hash: hash,
-            error: diagnostics.to_string(),
-            diagnostics,
-        };
-        tracing::error!(file = %self.file.display(), "config reload refused, the running config stays:\n{}", rejection.error);
-        self.status.send_modify(|s| {
-            s.rejections += 1;
-            s.last_rejection = Some(rejection.clone());
-        });
-        let outcome = ReloadOutcome::Rejected(rejection);
-        let _ = self.events.send(outcome.clone());
-        outcome
-    }
-}
-
-impl<T: Send + Sync + 'static> ConfigReader<T> {
-    /// A snapshot of the current value; keep it for the whole request.
-    pub fn current(&self) -> Arc<T> {
-        self.shared.current.load_full()
-    }
-
-    /// Where the config stands (load time, hash, last rejection).
-    pub fn status(&self) -> ReloadStatus {
-        self.shared.status.borrow().clone()
-    }
 }
 
 impl<T: Send + Sync + 'static> ConfigWatcher<T> {
@@ -244,31 +66,17 @@ impl<T: Send + Sync + 'static> ConfigWatcher<T> {
         loader: Loader<T>,
         options: WatchOptions,
     ) -> Result<Self, Diagnostics> {
-        let file: PathBuf = file.into();
-        let text = read_config_file(&file)?;
-        let loaded = loader(&text, &file, None)?;
-        let hash = sha256_hex(text.as_bytes());
-        let status = ReloadStatus {
-            file: file.clone(),
-            loaded_at: SystemTime::now(),
-            content_hash: hash,
-            warnings: loaded.warnings,
-            reloads: 0,
-            rejections: 0,
-            last_rejection: None,
-        };
-        let (events, _) = broadcast::channel(64);
-        let shared = Arc::new(Shared {
-            file: file.clone(),
-            loader,
-            current: ArcSwap::from_pointee(loaded.value),
-            status: watch::Sender::new(status),
-            events,
-            reload_lock: Mutex::new(None),
-        });
+        let live = Arc::new(Live::open(file, loader)?);
+        Self::watch(live, options)
+    }
+
+    /// Watches the file of a running [`Live`] value, re-reading it on changes, SIGHUP and polls (a change made
+    /// between the value's start and this call is seen by the first poll, or by [`ConfigWatcher::reload_now`]).
+    /// Must be called inside a tokio runtime.
+    pub fn watch(live: Arc<Live<T>>, options: WatchOptions) -> Result<Self, Diagnostics> {
         let (tx, rx) = mpsc::unbounded_channel::<()>();
         let fs = if options.watch_filesystem {
-            Some(watch_folder(&file, tx.clone())?)
+            Some(watch_folder(live.file(), tx.clone())?)
         } else {
             None
         };
@@ -283,59 +91,39 @@ impl<T: Send + Sync + 'static> ConfigWatcher<T> {
         } else {
             None
         };
-        let task = tokio::spawn(run(shared.clone(), rx, sighup, options));
+        let task = tokio::spawn(run(live.clone(), rx, sighup, options));
         drop(tx);
-        Ok(ConfigWatcher {
-            shared,
-            task,
-            _fs: fs,
-        })
+        Ok(ConfigWatcher { live, task, _fs: fs })
     }
 
     /// A snapshot of the current value; keep it for the whole request.
-    pub fn current(&self) -> Arc<T> {
-        self.shared.current.load_full()
+    pub fn current(&self) -> Arc<Running<T>> {
+        self.live.current()
     }
 
     /// Where the config stands (load time, hash, last rejection).
     pub fn status(&self) -> ReloadStatus {
-        self.shared.status.borrow().clone()
-    }
-
-    /// A receiver that sees every status change.
-    pub fn status_watch(&self) -> watch::Receiver<ReloadStatus> {
-        self.shared.status.subscribe()
+        self.live.status()
     }
 
     /// Every reload outcome from now on (applied or rejected), for metrics.
     pub fn subscribe(&self) -> broadcast::Receiver<ReloadOutcome> {
-        self.shared.events.subscribe()
+        self.live.subscribe()
     }
 
-    /// A cloneable read handle.
-    pub fn reader(&self) -> ConfigReader<T> {
-        ConfigReader {
-            shared: self.shared.clone(),
-        }
+    /// The watched value, for readers that outlive this borrow.
+    pub fn reader(&self) -> Arc<Live<T>> {
+        self.live.clone()
     }
 
     /// The watched file.
     pub fn file(&self) -> &Path {
-        &self.shared.file
+        self.live.file()
     }
 
     /// Re-reads the file now (as SIGHUP does), off the async threads.
     pub async fn reload_now(&self) -> ReloadOutcome {
-        let shared = self.shared.clone();
-        match tokio::task::spawn_blocking(move || shared.reload()).await {
-            Ok(o) => o,
-            Err(e) => ReloadOutcome::Rejected(Rejection {
-                at: SystemTime::now(),
-                content_hash: None,
-                error: format!("reload task failed: {e}"),
-                diagnostics: Diagnostics::new(),
-            }),
-        }
+        reload_off_thread(&self.live).await
     }
 }
 
@@ -347,7 +135,7 @@ impl ConfigWatcher<GatewayConfig> {
     }
 }
 
-/// The loader used by [`ConfigWatcher::gateway`].
+/// The loader used by [`ConfigWatcher::gateway`]: parse and validate, keeping the running listeners.
 pub fn gateway_loader() -> Loader<GatewayConfig> {
     Arc::new(|text: &str, file: &Path, running: Option<&GatewayConfig>| {
         let (config, warnings) = load_gateway_config(text, file)?;
@@ -367,6 +155,23 @@ pub fn gateway_loader() -> Loader<GatewayConfig> {
 impl<T> Drop for ConfigWatcher<T> {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// [`Live::reload`] on a blocking thread.
+async fn reload_off_thread<T: Send + Sync + 'static>(live: &Arc<Live<T>>) -> ReloadOutcome {
+    let reloading = live.clone();
+    match tokio::task::spawn_blocking(move || reloading.reload()).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(file = %live.file().display(), "config reload task failed; the running config stays: {e}");
+            ReloadOutcome::Rejected(Rejection {
+                at: std::time::SystemTime::now(),
+                content_hash: None,
+                error: format!("reload task failed: {e}"),
+                diagnostics: Diagnostics::new(),
+            })
+        }
     }
 }
 
@@ -413,7 +218,7 @@ fn concerns_the_file(event: &notify::Event, name: &OsStr) -> bool {
 }
 
 async fn run<T: Send + Sync + 'static>(
-    shared: Arc<Shared<T>>,
+    live: Arc<Live<T>>,
     mut rx: mpsc::UnboundedReceiver<()>,
     mut sighup: Option<tokio::signal::unix::Signal>,
     options: WatchOptions,
@@ -434,7 +239,7 @@ async fn run<T: Send + Sync + 'static>(
                 true
             }
             Some(()) = async { match sighup.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
-                tracing::info!(file = %shared.file.display(), "SIGHUP: re-reading the config");
+                tracing::info!(file = %live.file().display(), "SIGHUP: re-reading the config");
                 false
             }
             _ = async { match poll.as_mut() { Some(p) => { p.tick().await; } None => std::future::pending::<()>().await } } => false,
@@ -458,10 +263,7 @@ async fn run<T: Send + Sync + 'static>(
                 }
             }
         }
-        let s = shared.clone();
-        if tokio::task::spawn_blocking(move || s.reload()).await.is_err() {
-            tracing::error!(file = %shared.file.display(), "config reload task failed; the running config stays");
-        }
+        reload_off_thread(&live).await;
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use infergate_gateway::caller::Caller;
 use infergate_gateway::quota::{QuotaSpec, QuotaStore, RouteQuota};
-use infergate_gateway::route::RouteKey;
+use infergate_gateway::route_key::RouteKey;
 use tokio::time::Instant;
 
 const CALLERS: usize = 100_000;

@@ -60,20 +60,27 @@ impl Admin {
             }
             "/config" => {
                 let rules = self.state.snapshot();
+                let warnings: Vec<String> = rules.warnings.iter().map(ToString::to_string).collect();
                 json_response(
                     StatusCode::OK,
                     json!({
-                        "hash": rules.hash,
+                        "hash": rules.content_hash,
                         "loaded_at_unix": unix(rules.loaded_at),
-                        "warnings": self.state.warnings(),
-                        "rules": &*rules.source,
+                        "warnings": warnings,
+                        "rules": &rules.config.rules,
                     }),
                 )
             }
-            "/config/errors" => json_response(
-                StatusCode::OK,
-                json!({"last_rejection": self.state.last_rejection()}),
-            ),
+            "/config/errors" => {
+                let last = self.state.status().last_rejection.map(|r| {
+                    json!({
+                        "error": r.error,
+                        "at_unix": unix(r.at).floor() as u64,
+                        "hash": r.content_hash,
+                    })
+                });
+                json_response(StatusCode::OK, json!({"last_rejection": last}))
+            }
             "/canary" => json_response(StatusCode::OK, json!({"routes": self.state.canary_reports()})),
             "/upstreams" => {
                 let rules = self.state.snapshot();

@@ -113,6 +113,9 @@ pub enum ErrorKind {
     NoRoute,
     /// The caller could not be identified and the rules refuse unidentified callers (401 / UNAUTHENTICATED).
     Unauthenticated,
+    /// The request is not allowed where it was sent: a message of a gRPC stream that the stream's route does
+    /// not govern (403 / PERMISSION_DENIED).
+    Forbidden,
     /// The request body is larger than the listener allows (413 / RESOURCE_EXHAUSTED).
     PayloadTooLarge,
     /// The HTTP/1.1 request head has more or larger headers than the listener allows (431).
@@ -149,6 +152,7 @@ impl ErrorKind {
             ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
@@ -167,6 +171,7 @@ impl ErrorKind {
             ErrorKind::BadRequest => GrpcCode::InvalidArgument,
             ErrorKind::NoRoute | ErrorKind::Unsupported => GrpcCode::Unimplemented,
             ErrorKind::Unauthenticated => GrpcCode::Unauthenticated,
+            ErrorKind::Forbidden => GrpcCode::PermissionDenied,
             ErrorKind::PayloadTooLarge | ErrorKind::HeadersTooLarge | ErrorKind::QuotaExceeded => {
                 GrpcCode::ResourceExhausted
             }
@@ -185,6 +190,7 @@ impl ErrorKind {
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::NoRoute => "no_route",
             ErrorKind::Unauthenticated => "unauthenticated",
+            ErrorKind::Forbidden => "forbidden",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::HeadersTooLarge => "headers_too_large",
             ErrorKind::Unsupported => "unsupported",

@@ -8,8 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use infergate_config::{WatchOptions, load_gateway_config, read_config_file};
-use infergate_gateway::config_state::RuntimeState;
-use infergate_gateway::reload::content_hash;
+use infergate_gateway::config_state;
 use infergate_gateway::server::{Gateway, Overrides};
 
 /// mimalloc rather than glibc's allocator: a request's few allocations (futures of 1–3 KB among them, past
@@ -122,8 +121,7 @@ fn check(file: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let compiled =
-        rt.block_on(async { RuntimeState::new(&config.rules, content_hash(&text), 0, 1).map(|_| ()) });
+    let compiled = rt.block_on(async { config_state::load(&text, file, None, 1).map(|_| ()) });
     match compiled {
         Ok(()) => {
             println!(
@@ -134,8 +132,8 @@ fn check(file: &Path) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("{}: {e}", file.display());
+        Err(diags) => {
+            eprintln!("{diags}");
             ExitCode::FAILURE
         }
     }
@@ -146,7 +144,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .config
         .context("no config file given: pass --config FILE (or set INFERGATE_GATEWAY_CONFIG), or run 'infergate-gateway check FILE'")?;
     let text = read_config_file(&path).map_err(|d| anyhow::anyhow!("{d}"))?;
-    let (config, warnings) = load_gateway_config(&text, &path).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let (_, warnings) = load_gateway_config(&text, &path).map_err(|d| anyhow::anyhow!("{d}"))?;
     for w in warnings.iter() {
         tracing::warn!("{w}");
     }
@@ -164,11 +162,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             admin: cli.admin_address,
             workers: cli.workers.map(usize::from),
         };
-        let gateway = Gateway::start(config, content_hash(&text), overrides).await?;
+        let gateway = Gateway::start(&text, &path, overrides).await?;
         // Watches the file's folder (writes, renames, the ConfigMap `..data` swap) and SIGHUP.
         let watcher = gateway
-            .watch(&path, WatchOptions::default())
-            .await
+            .watch(WatchOptions::default())
             .map_err(|d| anyhow::anyhow!("{d}"))?;
         wait_for_signal().await?;
         tracing::info!(drain_delay = ?cli.drain_delay, "shutting down: not ready, then draining in-flight requests");

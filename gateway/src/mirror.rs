@@ -3,8 +3,7 @@
 //! it never delays the real response; at most `max_concurrent` copies per route are in flight (the
 //! rest are dropped and counted), and each is abandoned after `timeout`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderValue, Request};
@@ -13,7 +12,6 @@ use tokio::sync::Semaphore;
 use crate::fault::Percent;
 use crate::metrics as m;
 use crate::retry::SendTry;
-use crate::route::RouteKey;
 
 /// Header added to mirrored requests so the shadow can tell them apart.
 pub const MIRROR_HEADER: &str = "x-infergate-mirror";
@@ -27,24 +25,24 @@ pub struct MirrorPolicy {
     pub percent: Percent,
     /// A copy still running after this is abandoned.
     pub timeout: Duration,
-    limiter: Arc<Semaphore>,
+    limit: MirrorLimit,
     route: Arc<str>,
 }
 
 impl MirrorPolicy {
-    /// Mirroring of `route` to `upstream`, limited by `limiter` (from [`MirrorStore::attach`]).
+    /// Mirroring of `route` to `upstream`, limited by `limit`.
     pub fn new(
         route: Arc<str>,
         upstream: Arc<str>,
         percent: Percent,
         timeout: Duration,
-        limiter: Arc<Semaphore>,
+        limit: MirrorLimit,
     ) -> Self {
         Self {
             upstream,
             percent,
             timeout,
-            limiter,
+            limit,
             route,
         }
     }
@@ -55,8 +53,8 @@ impl MirrorPolicy {
     }
 
     /// Copies in flight now.
-    pub fn in_flight(&self, max: usize) -> usize {
-        max.saturating_sub(self.limiter.available_permits())
+    pub fn in_flight(&self) -> usize {
+        self.limit.max.saturating_sub(self.limit.available_permits())
     }
 
     /// Sends `req` through `svc` on a spawned task and discards the response. Returns `false`
@@ -69,7 +67,7 @@ impl MirrorPolicy {
         S::Response: Send,
         B: Send + 'static,
     {
-        let Ok(permit) = self.limiter.clone().try_acquire_owned() else {
+        let Ok(permit) = self.limit.permits.clone().try_acquire_owned() else {
             metrics::counter!(m::MIRROR_DROPPED, "route" => self.route.to_string()).increment(1);
             return false;
         };
@@ -95,34 +93,34 @@ impl MirrorPolicy {
     }
 }
 
-/// Long-lived concurrency limiters for mirroring, one per route, kept across reloads so copies
-/// still in flight from an older config count against the same limit.
-#[derive(Debug, Default)]
-pub struct MirrorStore {
-    limiters: Mutex<HashMap<RouteKey, (usize, Arc<Semaphore>)>>,
+/// How many copies of a route's requests may be in flight at once: the limit and its permits. A new config
+/// version keeps the running version's permits while the limit is unchanged, so copies still in flight from
+/// the older version count against the same limit ([`MirrorLimit::carry_over`]).
+#[derive(Debug, Clone)]
+pub struct MirrorLimit {
+    max: usize,
+    permits: Arc<Semaphore>,
 }
 
-impl MirrorStore {
-    /// The limiter for `route` allowing `max_concurrent` copies (replaced if the limit changed).
-    pub fn attach(&self, route: RouteKey, max_concurrent: usize) -> Arc<Semaphore> {
-        let mut m = match self.limiters.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        match m.get(&route) {
-            Some((n, s)) if *n == max_concurrent => s.clone(),
-            _ => {
-                let s = Arc::new(Semaphore::new(max_concurrent));
-                m.insert(route, (max_concurrent, s.clone()));
-                s
-            }
+impl MirrorLimit {
+    /// A fresh limit of `max` copies in flight.
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            permits: Arc::new(Semaphore::new(max)),
         }
     }
 
-    /// Forgets routes not in `keep`.
-    pub fn retain(&self, keep: &[RouteKey]) {
-        if let Ok(mut m) = self.limiters.lock() {
-            m.retain(|k, _| keep.contains(k));
+    /// The running policy's limit when it allows `max` copies too, else a fresh one. Pure.
+    pub fn carry_over(running: Option<&MirrorPolicy>, max: usize) -> Self {
+        match running {
+            Some(p) if p.limit.max == max => p.limit.clone(),
+            _ => Self::new(max),
         }
+    }
+
+    /// Copies that may still start now.
+    pub fn available_permits(&self) -> usize {
+        self.permits.available_permits()
     }
 }

@@ -4,9 +4,12 @@
 //! the rules under a request in flight. The stages, in order: protocol checks (CONNECT, upgrades, body
 //! size) → `x-request-id` → route match (for gRPC, the model name peeked from the body) → fault injection →
 //! caller identification and quota → canary split and model-version rewrite → retries and timeouts around
-//! the upstream call → mirroring → response headers, metrics and canary bookkeeping.
+//! the upstream call → mirroring → response headers, metrics and canary bookkeeping. A `ModelStreamInfer`
+//! stream is routed on its first message, and every message, that one included, passes the same checks on
+//! its way upstream (`stream.rs`).
 
 mod observe;
+mod stream;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,20 +22,23 @@ use tokio::time::Instant;
 
 use crate::bridge;
 use crate::caller::Caller;
-use crate::config_state::{Rules, RuntimeState};
+use crate::config_state::{Rules, RuntimeState, Snapshot};
 use crate::error::{ErrorKind, GatewayError, GrpcCode};
 use crate::headers::{self, UpgradeRequest};
 use crate::listener::ConnInfo;
 use crate::metrics::{self as m, DestinationMetrics};
+use crate::model_ref::grpc::{
+    FRAME_HEADER_LEN, GrpcPeek, MODEL_STREAM_INFER_PATH, ModelFields, frame_header, peek_model_fields,
+};
 use crate::proxy::{Body, BoxError, boxed};
 use crate::quota::QuotaDecision;
 use crate::request_target;
 use crate::retry::{self, ReplayBody, RetryError, SendTry, UpstreamFailure};
-use crate::route::grpc::{FRAME_HEADER_LEN, GrpcPeek, frame_header, peek_model};
 use crate::route::{ModelRef, RequestFacts};
 use crate::split::{rewrite_grpc_version, rewrite_rest_path};
 use crate::upstream::{FailureKind, Upstream, UpstreamBody, UpstreamError};
 use observe::{BodyEnd, Observed};
+use stream::{CheckedMessages, EndsWithVerdict, StreamPolicy, Verdict};
 
 /// How much of a gRPC body is read to find `model_name` when routes match on the model.
 const PEEK_LIMIT: usize = 4 << 20;
@@ -153,7 +159,7 @@ impl Labels {
 
 async fn run(
     state: &Arc<RuntimeState>,
-    rules: &Arc<Rules>,
+    rules: &Snapshot,
     conn: &Arc<ConnInfo>,
     req: Request<Body>,
     grpc: bool,
@@ -179,9 +185,24 @@ async fn run(
     let body: Body = Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)).boxed_unsync();
 
     // gRPC routes that match on the model need the model name from the body before matching: the whole
-    // first message, since its last `model_name` is the one the backend acts on.
-    let peeking = grpc && rules.routes.uses_model_match();
-    let mut body = if peeking {
+    // first message, since its last `model_name` is the one the backend acts on. Where the name sits depends
+    // on the call (repository load and unload carry it in field 2).
+    let model_fields = if grpc {
+        ModelFields::of_method(parts.uri.path())
+    } else {
+        None
+    };
+    let peeking = rules.routes.uses_model_match() && model_fields.is_some();
+    // A stream's later messages name models too: each is checked on its way (`pipeline/stream.rs`).
+    let streaming = grpc && parts.uri.path() == MODEL_STREAM_INFER_PATH;
+    let mut body = if peeking && streaming {
+        // Only the first message: a streaming client may wait for its answer before sending more.
+        let body = ReplayBody::Once {
+            prefix: Default::default(),
+            rest: body,
+        };
+        complete_first_message(body, max_body).await?
+    } else if peeking {
         let body = buffer(body, PEEK_LIMIT, max_body).await?;
         complete_first_message(body, max_body).await?
     } else {
@@ -190,8 +211,8 @@ async fn run(
             rest: body,
         }
     };
-    let peeked = if peeking {
-        peek_model(body.first_bytes())
+    let peeked = if let Some(fields) = model_fields.filter(|_| peeking) {
+        peek_model_fields(body.first_bytes(), fields)
     } else {
         GrpcPeek::Missing
     };
@@ -294,8 +315,11 @@ async fn run(
 
     // Replay buffering: for retries, mirroring and gRPC version rewrites.
     let policy = &route.retry;
-    let mirror = route.mirror.as_ref().filter(|mp| mp.sample());
-    let needs_whole = policy.retries() || mirror.is_some() || (grpc && dest.model_version.is_some());
+    // A stream is neither replayed nor mirrored: its body is not one request, and it may never end.
+    let mirror = route.mirror.as_ref().filter(|mp| !streaming && mp.sample());
+    let rewrites_grpc_version =
+        grpc && dest.model_version.is_some() && model_fields.and_then(|f| f.version).is_some();
+    let needs_whole = !streaming && (policy.retries() || mirror.is_some() || rewrites_grpc_version);
     if needs_whole && !body.is_replayable() {
         body = match body {
             ReplayBody::Once { prefix, rest } if prefix.is_empty() => {
@@ -305,7 +329,13 @@ async fn run(
         };
     }
     if let Some(version) = &dest.model_version {
-        if grpc {
+        if streaming {
+            // Every message of the stream is rewritten on its way (below); the length changes.
+            parts.headers.remove(CONTENT_LENGTH);
+        } else if grpc && model_fields.and_then(|f| f.version).is_none() {
+            // The call's messages carry no version (repository load and unload, server and health calls):
+            // there is nothing to pin, and writing field 2 would change another field.
+        } else if grpc {
             let Some(bytes) = body.bytes() else {
                 return Err(GatewayError::new(
                     ErrorKind::PayloadTooLarge,
@@ -348,6 +378,29 @@ async fn run(
         mp.spawn(UpstreamService(Arc::clone(shadow)), mreq);
     }
 
+    // A stream's messages, each checked as a unary request is.
+    let verdict = if streaming {
+        let verdict = Verdict::default();
+        let policy = StreamPolicy {
+            rules: Arc::clone(rules),
+            route: Arc::clone(&route.name),
+            version: dest.model_version.clone(),
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            headers: parts.headers.clone(),
+            conn: Arc::clone(conn),
+            state: Arc::clone(state),
+        };
+        let checked = CheckedMessages::new(body, policy, verdict.clone());
+        body = ReplayBody::Once {
+            prefix: Default::default(),
+            rest: boxed(checked),
+        };
+        Some(verdict)
+    } else {
+        None
+    };
+
     // Retries and timeouts around the upstream call.
     let deadline = route.timeout.deadline(&parts.headers, started);
     let req = Request::from_parts(parts, body);
@@ -356,6 +409,11 @@ async fn run(
     let outcome = match result {
         Ok(resp) => resp,
         Err(e) => {
+            // A refused message of a stream reset it: the refusal is the answer, and says nothing of the
+            // destination.
+            if let Some(refusal) = verdict.as_ref().and_then(Verdict::take) {
+                return Err(refusal);
+            }
             if let Some(c) = canary {
                 c.record(choice.index, true, started.elapsed(), Instant::now());
             }
@@ -387,6 +445,10 @@ async fn run(
             }))
         }
         None => boxed(rbody),
+    };
+    let body = match verdict {
+        Some(v) => boxed(EndsWithVerdict::new(body, v)),
+        None => body,
     };
     Ok(Response::from_parts(rparts, body))
 }
@@ -503,7 +565,7 @@ async fn buffer(body: Body, limit: usize, max_body: u64) -> Result<ReqBody, Gate
 }
 
 /// Reads on from a body that [`buffer`] left streaming until its first gRPC message is whole (bounded by the
-/// body limit), so that [`peek_model`] sees every field of it. A body that ends on the way comes back whole.
+/// body limit), so that [`peek_model_fields`] sees every field of it. A body that ends on the way comes back whole.
 async fn complete_first_message(body: ReqBody, max_body: u64) -> Result<ReqBody, GatewayError> {
     let ReplayBody::Once { prefix, mut rest } = body else {
         return Ok(body);

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::caller::Caller;
 use crate::metrics as m;
-use crate::route::RouteKey;
+use crate::route_key::RouteKey;
 
 /// A token-bucket quota: `tokens` per `per`, bursting up to `burst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,7 +60,7 @@ impl QuotaSpec {
     }
 
     fn fingerprint(&self) -> u32 {
-        let mut h = crate::caller::StableHasher::default();
+        let mut h = crate::stable_hash::StableHasher::default();
         h.write_u32(self.tokens);
         h.write_u64(u64::try_from(self.per.as_nanos()).unwrap_or(u64::MAX));
         h.write_u32(self.burst);

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use infergate_config::{
-    Diagnostic, Diagnostics, GatewayConfig, Pos, Rejection, ReloadOutcome, load_gateway_config,
-};
+use infergate_config::{Diagnostics, ReloadOutcome};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -42,9 +40,9 @@ pub enum StartError {
     /// TLS files are missing or invalid.
     #[error("data listener TLS: {0}")]
     Tls(#[from] tls::TlsError),
-    /// The rules could not be compiled.
+    /// The config could not be loaded (every problem, one per line).
     #[error("{0}")]
-    Rules(String),
+    Config(Diagnostics),
     /// A data worker's runtime or thread could not be started.
     #[error("cannot start the data workers: {0}")]
     Workers(#[source] std::io::Error),
@@ -67,7 +65,6 @@ pub struct Overrides {
 /// A running gateway.
 pub struct Gateway {
     state: Arc<RuntimeState>,
-    running: std::sync::Mutex<GatewayConfig>,
     data_addr: SocketAddr,
     admin_addr: SocketAddr,
     ready: Arc<AtomicBool>,
@@ -81,13 +78,12 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Binds the listeners, compiles the rules and starts serving. `hash` identifies the config's content.
-    pub async fn start(
-        config: GatewayConfig,
-        hash: String,
-        overrides: Overrides,
-    ) -> Result<Arc<Gateway>, StartError> {
+    /// Loads the config `text` (read from `file`, which [`Gateway::watch`] and SIGHUP re-read) exactly as a
+    /// reload would, binds the listeners and starts serving.
+    pub async fn start(text: &str, file: &Path, overrides: Overrides) -> Result<Arc<Gateway>, StartError> {
         let prometheus = m::install().map_err(StartError::Metrics)?;
+        // Listeners are restart-only: they come from the config as it was at start-up.
+        let (config, _) = infergate_config::load_gateway_config(text, file).map_err(StartError::Config)?;
         let l = &config.listeners;
         let limits = ConnLimits::from(&l.limits);
         let tls = match &l.data.tls {
@@ -100,8 +96,8 @@ impl Gateway {
             None => None,
         };
         let worker_count = worker::count(overrides.workers.or(l.worker_threads));
-        let state = RuntimeState::new(&config.rules, hash, limits.max_request_body, worker_count)
-            .map_err(StartError::Rules)?;
+        let state =
+            RuntimeState::start(file, text, worker_count, count_outcome).map_err(StartError::Config)?;
         state.spawn_maintenance();
         let data_addr = overrides.data.unwrap_or(l.data.address);
         let admin_addr = overrides.admin.unwrap_or(l.admin.address);
@@ -156,7 +152,6 @@ impl Gateway {
         tracing::info!(data = %data_addr, admin = %admin_addr, workers = worker_count, "gateway listening");
         Ok(Arc::new(Gateway {
             state,
-            running: std::sync::Mutex::new(config.clone()),
             data_addr,
             admin_addr,
             ready,
@@ -184,79 +179,13 @@ impl Gateway {
         &self.state
     }
 
-    /// Parses, validates and applies a new version of the config file's text. Invalid text is rejected
-    /// with every problem listed, and the running rules stay; changed listeners are reported as warnings
-    /// (they need a restart). Counts `infergate_gateway_config_reloads_total{result}` and logs the outcome.
-    /// (The running gateway reloads through [`Gateway::watch`]; this is the same path without a file.)
-    pub fn reload_text(&self, text: &str, file: &Path, hash: String) -> Result<Vec<String>, String> {
-        match self.load(text, file, hash.clone()) {
-            Ok((_, warnings)) => {
-                for w in &warnings {
-                    tracing::warn!(warning = %w, "config reloaded with a warning");
-                }
-                tracing::info!(hash = %hash, "routing rules reloaded");
-                self.record_outcome(&ReloadOutcome::Applied {
-                    content_hash: hash,
-                    warnings: warnings.clone(),
-                });
-                Ok(warnings.iter().map(ToString::to_string).collect())
-            }
-            Err(diagnostics) => {
-                let error = diagnostics.to_string();
-                tracing::error!(error = %error, "config rejected; the running rules stay");
-                self.record_outcome(&ReloadOutcome::Rejected(Rejection {
-                    at: std::time::SystemTime::now(),
-                    content_hash: Some(hash),
-                    error: error.clone(),
-                    diagnostics,
-                }));
-                Err(error)
-            }
-        }
-    }
-
-    /// Parses, validates and compiles `text`, then swaps the new rules in (unless `hash` is what runs
-    /// already). Listeners stay as started; a changed `listeners` section adds a "needs restart" warning.
-    /// Returns the config now running and the warnings; on error nothing changed.
-    pub(crate) fn load(
-        &self,
-        text: &str,
-        file: &Path,
-        hash: String,
-    ) -> Result<(GatewayConfig, Vec<Diagnostic>), Diagnostics> {
-        let (parsed, warnings) = load_gateway_config(text, file)?;
-        let mut running = self
-            .running
-            .lock()
-            .map_err(|_| whole_file(file, "internal: the running config's lock is poisoned".into()))?;
-        let (next, restart) = GatewayConfig::reloaded(&running, parsed, file);
-        if hash != self.state.snapshot().hash {
-            self.state
-                .apply(&next.rules, hash)
-                .map_err(|e| whole_file(file, format!("the rules cannot be compiled: {e}")))?;
-        }
-        *running = next.clone();
-        let mut all = warnings.0;
-        all.extend(restart);
-        Ok((next, all))
-    }
-
-    /// Counts a reload outcome (`infergate_gateway_config_reloads_total{result}`), and keeps a refusal for
-    /// `/config/errors` and an applied version's warnings for `/config`. Logging is the caller's.
-    pub(crate) fn record_outcome(&self, outcome: &ReloadOutcome) {
-        match outcome {
-            ReloadOutcome::Applied { warnings, .. } => {
-                metrics::counter!(m::CONFIG_RELOADS, "result" => "applied").increment(1);
-                metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
-                self.state
-                    .set_warnings(warnings.iter().map(ToString::to_string).collect());
-            }
-            ReloadOutcome::Rejected(r) => {
-                metrics::counter!(m::CONFIG_RELOADS, "result" => "rejected").increment(1);
-                self.state.reject(r.error.clone(), r.content_hash.clone());
-            }
-            ReloadOutcome::Unchanged => {}
-        }
+    /// Applies `text` as the config file's new content: parsed, validated and compiled, then swapped in, or
+    /// refused with every problem listed while the running rules stay. This is the path every reload takes
+    /// (the file watcher and SIGHUP call the same [`infergate_config::Live::apply`]); changed listeners are
+    /// reported as warnings (they need a restart). Returns the outcome, also counted in
+    /// `infergate_gateway_config_reloads_total{result}` and shown on `/config` and `/config/errors`.
+    pub fn reload_text(&self, text: &str) -> ReloadOutcome {
+        self.state.live().apply(text)
     }
 
     /// Shutdown for a rollout: `/ready` answers 503 at once, so the pod leaves its Service's endpoints, while
@@ -312,6 +241,18 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn whole_file(file: &Path, message: String) -> Diagnostics {
-    Diagnostics::single(Diagnostic::error(file, Pos::default(), message))
+/// Counts a reload outcome (`infergate_gateway_config_reloads_total{result}`, the load-time gauge); the
+/// refusal itself and the applied version's warnings are kept by the live value for `/config/errors` and
+/// `/config`, and logged there.
+fn count_outcome(outcome: &ReloadOutcome, _running: &infergate_config::Running<crate::config_state::Rules>) {
+    match outcome {
+        ReloadOutcome::Applied { .. } => {
+            metrics::counter!(m::CONFIG_RELOADS, "result" => "applied").increment(1);
+            metrics::gauge!(m::CONFIG_LOADED_AT).set(unix_now());
+        }
+        ReloadOutcome::Rejected(_) => {
+            metrics::counter!(m::CONFIG_RELOADS, "result" => "rejected").increment(1);
+        }
+        ReloadOutcome::Unchanged => {}
+    }
 }

@@ -384,3 +384,75 @@ async fn grpc_messages_the_gateway_cannot_read_as_the_backend_would_are_refused(
     assert_eq!(status, "3", "{message}");
     assert!(rec.take().is_empty());
 }
+
+/// Sends one gRPC call of `method` over h2c; returns (grpc-status, grpc-message).
+async fn grpc_method_call(gw: &Gateway, method: &str, body: Bytes) -> (String, String) {
+    let req = Request::post(format!(
+        "http://{}/inference.GRPCInferenceService/{method}",
+        gw.data_addr()
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(Full::new(body))
+    .unwrap();
+    let (parts, _) = send(&h2c_client(), req).await;
+    let get = |n: &str| {
+        parts
+            .headers
+            .get(n)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default()
+    };
+    (get("grpc-status"), get("grpc-message"))
+}
+
+#[tokio::test]
+async fn repository_load_and_unload_are_matched_on_the_model_they_name() {
+    let (rec, gw) = setup().await;
+    // REST: the name is read from the canonical path and decoded once, as for inference.
+    for path in [
+        "/v2/repository/models/secret/load",
+        "/v2/repository/models/%73ecret/load",
+        "/v2/repository/models/secre%74/unload",
+        "/v2/repository/models/public/../secret/unload",
+    ] {
+        let req = Request::post(format!("http://{}{path}", gw.data_addr()))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let (parts, body) = send(&http1_client(), req).await;
+        assert_eq!(parts.status, 403, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    assert!(rec.take().is_empty(), "no refused load reached the upstream");
+    let req = Request::post(format!(
+        "http://{}/v2/repository/models/%73imple/load",
+        gw.data_addr()
+    ))
+    .body(Full::new(Bytes::new()))
+    .unwrap();
+    assert_eq!(send(&http1_client(), req).await.0.status, 200);
+    let seen = rec.take();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].path, "/v2/repository/models/simple/load",
+        "the canonical path goes upstream, without a version spliced in"
+    );
+
+    // gRPC: RepositoryModelLoadRequest { repository_name: 1, model_name: 2 }.
+    for method in ["RepositoryModelLoad", "RepositoryModelUnload"] {
+        let msg = [field(1, b""), field(2, b"public"), field(2, b"secret")].concat();
+        let (status, message) = grpc_method_call(&gw, method, grpc_frame(&msg)).await;
+        assert_eq!(status, "7", "{method}: PERMISSION_DENIED: {message}");
+        // A repository_name that looks like an allowed model changes nothing.
+        let msg = [field(1, b"public"), field(2, b"secret")].concat();
+        let (status, message) = grpc_method_call(&gw, method, grpc_frame(&msg)).await;
+        assert_eq!(status, "7", "{method}: {message}");
+    }
+    assert!(rec.take().is_empty(), "no refused gRPC load reached the upstream");
+    // `simple` is pinned to version 2 for inference; its load request has no version, and is passed on as sent.
+    let msg = [field(2, b"simple")].concat();
+    let (status, message) = grpc_method_call(&gw, "RepositoryModelLoad", grpc_frame(&msg)).await;
+    assert_eq!(status, "0", "{message}");
+    let seen = rec.take();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body, grpc_frame(&msg));
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use infergate_gateway::canary::{CanaryPolicy, CanaryState, Phase, Promotion};
-use infergate_gateway::route::{CompiledRoutes, PolicyStores};
+use infergate_gateway::route::CompiledRoutes;
 use tokio::time::Instant;
 
 fn state(policy: CanaryPolicy) -> CanaryState {
@@ -141,8 +141,7 @@ routes:
             .unwrap()
             .rules
     };
-    let stores = PolicyStores::default();
-    let v1 = CompiledRoutes::compile(&rules(10), &stores).unwrap();
+    let v1 = CompiledRoutes::compile(&rules(10), None).unwrap();
     let c = v1.get("resnet").unwrap().canary.clone().unwrap();
     for _ in 0..10 {
         second(&c, 10, 5, 10, 10).await;
@@ -150,14 +149,21 @@ routes:
     assert_eq!(c.phase(), Phase::RolledBack);
     assert_eq!(&*v1.get("resnet").unwrap().weights(), &[10_000, 0]);
     // A reload with the same route settings keeps the decision.
-    let v2 = CompiledRoutes::compile(&rules(10), &stores).unwrap();
+    let v2 = CompiledRoutes::compile(&rules(10), Some(&v1)).unwrap();
     assert_eq!(
         v2.get("resnet").unwrap().canary.as_ref().unwrap().phase(),
         Phase::RolledBack
     );
-    assert_eq!(stores.canaries.reports(Instant::now()).len(), 1);
+    assert_eq!(
+        infergate_gateway::canary::reports(
+            v2.routes().iter().filter_map(|r| r.canary.as_ref()),
+            Instant::now()
+        )
+        .len(),
+        1
+    );
     // Changing the route's weights starts a fresh analysis.
-    let v3 = CompiledRoutes::compile(&rules(20), &stores).unwrap();
+    let v3 = CompiledRoutes::compile(&rules(20), Some(&v2)).unwrap();
     let fresh = v3.get("resnet").unwrap();
     assert_eq!(fresh.canary.as_ref().unwrap().phase(), Phase::Observing);
     assert_eq!(&*fresh.weights(), &[90, 20]);

@@ -11,15 +11,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use infergate_gateway::fault::{FaultAbort, FaultPolicy, Percent};
-use infergate_gateway::mirror::{MIRROR_HEADER, MirrorPolicy, MirrorStore};
-use infergate_gateway::route::{CompiledRoutes, RouteKey};
+use infergate_gateway::mirror::{MIRROR_HEADER, MirrorLimit, MirrorPolicy};
+use infergate_gateway::route::CompiledRoutes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 #[tokio::test(start_paused = true)]
 async fn copies_are_fire_and_forget_and_bounded() {
-    let store = MirrorStore::default();
-    let limiter = store.attach(RouteKey::of("r"), 4);
+    let limiter = MirrorLimit::new(4);
     let m = MirrorPolicy::new(
         "r".into(),
         "shadow".into(),
@@ -63,13 +62,13 @@ async fn copies_are_fire_and_forget_and_bounded() {
     assert_eq!(started.load(Ordering::SeqCst), 4);
     assert!(m.spawn(slow.clone(), Request::new(Bytes::new())));
     // A reload with the same limit shares the limiter: copies in flight still count.
-    let again = store.attach(RouteKey::of("r"), 4);
+    let again = MirrorLimit::carry_over(Some(&m), 4);
     assert_eq!(again.available_permits(), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_hung_shadow_is_abandoned_after_the_timeout() {
-    let limiter = MirrorStore::default().attach(RouteKey::of("r"), 1);
+    let limiter = MirrorLimit::new(1);
     let m = MirrorPolicy::new(
         "r".into(),
         "shadow".into(),

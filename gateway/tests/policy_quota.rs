@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use infergate_gateway::caller::Caller;
 use infergate_gateway::quota::{QuotaSpec, QuotaStore, RouteQuota};
-use infergate_gateway::route::{CompiledRoutes, PolicyStores, RouteKey};
+use infergate_gateway::route::CompiledRoutes;
+use infergate_gateway::route_key::RouteKey;
 use tokio::time::Instant;
 
 fn per_sec(tokens: u32, burst: u32) -> QuotaSpec {
@@ -119,13 +120,13 @@ routes:
 
 #[tokio::test(start_paused = true)]
 async fn hot_reload_keeps_unchanged_buckets_and_resets_changed_ones() {
-    let stores = PolicyStores::default();
+    let quotas = QuotaStore::default();
     let parse = |t: &str| {
         infergate_config::parse_gateway_config(t, Path::new("routes.yaml"))
             .unwrap()
             .rules
     };
-    let v1 = CompiledRoutes::compile(&parse(&rules("1/s", "1/s")), &stores).unwrap();
+    let v1 = CompiledRoutes::compile(&parse(&rules("1/s", "1/s")), None).unwrap();
     let q1 = v1.get("r").unwrap().quota.clone().unwrap();
     let now = Instant::now();
     let (plain, gold, admin) = (
@@ -133,33 +134,32 @@ async fn hot_reload_keeps_unchanged_buckets_and_resets_changed_ones() {
         Caller::Header("gold"),
         Caller::Header("admin"),
     );
-    assert!(stores.quotas.check(&q1, &plain, now).unwrap().allowed);
-    assert!(stores.quotas.check(&q1, &plain, now).unwrap().allowed);
-    assert!(!stores.quotas.check(&q1, &plain, now).unwrap().allowed);
+    assert!(quotas.check(&q1, &plain, now).unwrap().allowed);
+    assert!(quotas.check(&q1, &plain, now).unwrap().allowed);
+    assert!(!quotas.check(&q1, &plain, now).unwrap().allowed);
     for _ in 0..4 {
-        assert!(stores.quotas.check(&q1, &gold, now).unwrap().allowed);
+        assert!(quotas.check(&q1, &gold, now).unwrap().allowed);
     }
-    assert!(!stores.quotas.check(&q1, &gold, now).unwrap().allowed);
-    assert!(
-        stores.quotas.check(&q1, &admin, now).is_none(),
-        "admin is unlimited"
-    );
+    assert!(!quotas.check(&q1, &gold, now).unwrap().allowed);
+    assert!(quotas.check(&q1, &admin, now).is_none(), "admin is unlimited");
 
     // Reload: only gold's quota changes. The default bucket keeps its state (still empty);
     // gold's bucket restarts under the new quota.
-    let v2 = CompiledRoutes::compile(&parse(&rules("1/s", "100/s")), &stores).unwrap();
+    let v2 = CompiledRoutes::compile(&parse(&rules("1/s", "100/s")), Some(&v1)).unwrap();
     let q2 = v2.get("r").unwrap().quota.clone().unwrap();
     assert!(
-        !stores.quotas.check(&q2, &plain, now).unwrap().allowed,
+        !quotas.check(&q2, &plain, now).unwrap().allowed,
         "reload must not refill unchanged buckets"
     );
-    let g = stores.quotas.check(&q2, &gold, now).unwrap();
+    let g = quotas.check(&q2, &gold, now).unwrap();
     assert!(g.allowed && g.remaining == 3, "{g:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn quota_buckets_sizes_the_store_and_a_reload_resizes_it() {
-    let stores = PolicyStores::default();
+    let quotas = QuotaStore::default();
+    // What the gateway does when it swaps a version in.
+    let adopt = |v: &CompiledRoutes| quotas.set_capacity(v.quota_buckets(), Instant::now());
     let parse = |t: &str| {
         infergate_config::parse_gateway_config(t, Path::new("routes.yaml"))
             .unwrap()
@@ -167,18 +167,21 @@ async fn quota_buckets_sizes_the_store_and_a_reload_resizes_it() {
     };
     let with_buckets =
         |n: u32| rules("1/min", "1/min").replace("callers:\n", &format!("callers:\n  quota_buckets: {n}\n"));
-    CompiledRoutes::compile(&parse(&rules("1/min", "1/min")), &stores).unwrap();
-    assert_eq!(stores.quotas.capacity(), 1 << 18, "the default capacity");
-    let v = CompiledRoutes::compile(&parse(&with_buckets(6400)), &stores).unwrap();
-    assert_eq!(stores.quotas.capacity(), 6400);
+    let v1 = CompiledRoutes::compile(&parse(&rules("1/min", "1/min")), None).unwrap();
+    adopt(&v1);
+    assert_eq!(quotas.capacity(), 1 << 18, "the default capacity");
+    let v = CompiledRoutes::compile(&parse(&with_buckets(6400)), Some(&v1)).unwrap();
+    assert_eq!(quotas.capacity(), 1 << 18, "compiling alone changes nothing");
+    adopt(&v);
+    assert_eq!(quotas.capacity(), 6400);
     // 20,000 active callers in a 6,400-bucket store: memory stays bounded.
     let q = v.get("r").unwrap().quota.clone().unwrap();
     let names: Vec<String> = (0..20_000).map(|i| format!("c{i}")).collect();
     for n in &names {
-        stores.quotas.check(&q, &Caller::Header(n), Instant::now());
+        quotas.check(&q, &Caller::Header(n), Instant::now());
     }
-    assert!(stores.quotas.len() <= 6400, "{} buckets", stores.quotas.len());
+    assert!(quotas.len() <= 6400, "{} buckets", quotas.len());
     // Shrinking on reload trims at once.
-    CompiledRoutes::compile(&parse(&with_buckets(640)), &stores).unwrap();
-    assert!(stores.quotas.len() <= 640, "{} buckets", stores.quotas.len());
+    adopt(&CompiledRoutes::compile(&parse(&with_buckets(640)), Some(&v)).unwrap());
+    assert!(quotas.len() <= 640, "{} buckets", quotas.len());
 }

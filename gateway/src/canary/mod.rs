@@ -2,7 +2,7 @@
 //! sliding window, roll the canary back when it is worse, and optionally promote it step by step
 //! while it is healthy.
 //!
-//! The state of one route lives in a [`CanaryState`], created by [`CanaryStore::attach`] when a
+//! The state of one route lives in a [`CanaryState`], created by [`carry_over`] when a
 //! config version is compiled and reused by later versions as long as the route's split and
 //! analysis settings are unchanged (a changed config starts a fresh analysis: that is how an
 //! operator clears a rollback). The pipeline calls [`CanaryState::weights`] before splitting and
@@ -16,7 +16,6 @@
 
 pub mod window;
 
-use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +27,6 @@ use tokio::time::Instant;
 pub use window::{WindowStats, WindowSummary};
 
 use crate::metrics as m;
-use crate::route::RouteKey;
 
 /// Analysis settings of one route, in typed units.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +147,8 @@ struct Inner {
 /// settings.
 pub struct CanaryState {
     route: Arc<str>,
+    /// Of the destinations and policy it was made for (see [`carry_over`]).
+    fingerprint: u64,
     destinations: Vec<Arc<str>>,
     configured: Vec<u32>,
     policy: CanaryPolicy,
@@ -192,7 +192,13 @@ impl CanaryState {
         } else {
             Phase::Observing
         };
+        let pairs: Vec<(Arc<str>, u32)> = destinations
+            .iter()
+            .cloned()
+            .zip(configured.iter().copied())
+            .collect();
         let s = Self {
+            fingerprint: fingerprint(&pairs, &policy),
             route: route.into(),
             baseline: WindowStats::new(policy.window, SLOTS, true),
             canary: WindowStats::new(policy.window, SLOTS, true),
@@ -426,70 +432,39 @@ pub fn is_error(status: Option<http::StatusCode>, grpc_status: Option<u32>) -> b
     }
 }
 
-/// Long-lived registry of canary states, one per route with analysis; keep it across reloads.
-#[derive(Debug, Default)]
-pub struct CanaryStore {
-    states: Mutex<HashMap<RouteKey, (u64, Arc<CanaryState>)>>,
+/// The analysis state for a route in a new config version: the running version's state when the route's
+/// destinations, weights and policy are unchanged (its windows and decisions carry over), else a fresh one.
+/// Pure: nothing changes until the new version is swapped in.
+pub fn carry_over(
+    running: Option<&Arc<CanaryState>>,
+    route: &str,
+    destinations: &[(Arc<str>, u32)],
+    policy: &CanaryPolicy,
+    now: Instant,
+) -> Arc<CanaryState> {
+    let fingerprint = fingerprint(destinations, policy);
+    if let Some(state) = running.filter(|s| s.fingerprint == fingerprint) {
+        return Arc::clone(state);
+    }
+    Arc::new(CanaryState::new(
+        route,
+        destinations.iter().map(|(n, _)| n.clone()).collect(),
+        destinations.iter().map(|(_, w)| *w).collect(),
+        policy.clone(),
+        now,
+    ))
 }
 
-impl CanaryStore {
-    /// The state for a route: the existing one when its destinations, weights and policy are
-    /// unchanged since the last config version, else a fresh one.
-    pub fn attach(
-        &self,
-        route: &str,
-        destinations: &[(Arc<str>, u32)],
-        policy: &CanaryPolicy,
-        now: Instant,
-    ) -> Arc<CanaryState> {
-        let mut h = crate::caller::StableHasher::default();
-        h.write(format!("{destinations:?}{policy:?}").as_bytes());
-        let fp = h.finish();
-        let key = RouteKey::of(route);
-        let mut states = match self.states.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        if let Some((old_fp, state)) = states.get(&key)
-            && *old_fp == fp
-        {
-            return state.clone();
-        }
-        let state = Arc::new(CanaryState::new(
-            route,
-            destinations.iter().map(|(n, _)| n.clone()).collect(),
-            destinations.iter().map(|(_, w)| *w).collect(),
-            policy.clone(),
-            now,
-        ));
-        states.insert(key, (fp, state.clone()));
-        state
-    }
+/// Reports for every route under analysis in `states`, sorted by route name (the admin `/canary` body).
+pub fn reports<'a>(states: impl Iterator<Item = &'a Arc<CanaryState>>, now: Instant) -> Vec<CanaryReport> {
+    let mut out: Vec<CanaryReport> = states.map(|s| s.report(now)).collect();
+    out.sort_by(|a, b| a.route.cmp(&b.route));
+    out
+}
 
-    /// The live state of the route with this key, if it has analysis.
-    pub fn get(&self, route: RouteKey) -> Option<Arc<CanaryState>> {
-        let states = match self.states.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        states.get(&route).map(|(_, s)| s.clone())
-    }
-
-    /// Forgets routes not in `keep` (called after compiling a config version).
-    pub fn retain(&self, keep: &[RouteKey]) {
-        if let Ok(mut s) = self.states.lock() {
-            s.retain(|k, _| keep.contains(k));
-        }
-    }
-
-    /// Reports for every route under analysis, sorted by route name (the admin `/canary` body).
-    pub fn reports(&self, now: Instant) -> Vec<CanaryReport> {
-        let states: Vec<Arc<CanaryState>> = match self.states.lock() {
-            Ok(g) => g.values().map(|(_, s)| s.clone()).collect(),
-            Err(p) => p.into_inner().values().map(|(_, s)| s.clone()).collect(),
-        };
-        let mut out: Vec<CanaryReport> = states.iter().map(|s| s.report(now)).collect();
-        out.sort_by(|a, b| a.route.cmp(&b.route));
-        out
-    }
+/// What identifies a route's analysis settings: the same fingerprint means the state carries over.
+fn fingerprint(destinations: &[(Arc<str>, u32)], policy: &CanaryPolicy) -> u64 {
+    let mut h = crate::stable_hash::StableHasher::default();
+    h.write(format!("{destinations:?}{policy:?}").as_bytes());
+    h.finish()
 }

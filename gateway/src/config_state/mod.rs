@@ -1,192 +1,121 @@
-//! The running rules: one immutable [`Rules`] value per config version, swapped atomically (arc-swap), and
-//! the long-lived state that outlives versions (upstream connections and outlier state, quota buckets, retry
-//! budgets, canary windows, mirror limiters).
+//! The running rules. [`Rules`] is one config version compiled; [`load`] makes it from a file's text (parse →
+//! validate → compile, a pure function of the text and the running version); [`RuntimeState`] holds the
+//! one [`Live`] value the data plane reads, which every reload replaces through [`Live::apply`], and the
+//! per-caller quota buckets, the only state that is not part of a version.
 
-mod compile;
+mod load;
+mod upstream_settings;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use infergate_config::RoutingRules;
-use serde::Serialize;
+use infergate_config::{GatewayConfig, Live, Observer, ReloadOutcome, ReloadStatus, Running};
 use tokio::time::Instant;
+
+pub use load::{load, loader};
 
 use crate::quota::QuotaStore;
 use crate::route::CompiledRoutes;
-use crate::route::PolicyStores;
 use crate::upstream::Upstream;
 
 /// One version of the routing rules, compiled. Requests hold an `Arc` to the version they started on.
 pub struct Rules {
-    /// Routes in match order.
+    /// Routes in match order, each with its policies and their long-lived state.
     pub routes: CompiledRoutes,
-    /// Upstreams by name.
+    /// Upstreams by name (an unchanged upstream keeps its connections and outlier state across versions).
     pub upstreams: HashMap<Arc<str>, Arc<Upstream>>,
-    /// The rules as configured (served by `/config`).
-    pub source: Arc<RoutingRules>,
-    /// Content hash of the file these rules came from.
-    pub hash: String,
-    /// When this version was applied.
-    pub loaded_at: SystemTime,
+    /// The config as it runs: the listeners as started (a reload never changes them) and the rules as
+    /// configured (served by `/config`).
+    pub config: GatewayConfig,
 }
 
-/// The last rejected config.
-#[derive(Debug, Clone, Serialize)]
-pub struct Rejection {
-    /// Every problem, one per line (`file:line:column: message`).
-    pub error: String,
-    /// Unix time of the rejection, seconds.
-    pub at_unix: u64,
-    /// Content hash of the rejected file, when known.
-    pub hash: Option<String>,
-}
+/// A snapshot of the running rules with the hash, load time and warnings of the text they came from.
+pub type Snapshot = Arc<Running<Rules>>;
 
 /// State shared by the listener, the pipeline and the admin API.
 pub struct RuntimeState {
-    rules: ArcSwap<Rules>,
-    stores: PolicyStores,
+    live: Arc<Live<Rules>>,
+    quotas: Arc<QuotaStore>,
     max_request_body: u64,
-    /// Data workers: each upstream endpoint keeps connections per worker.
-    workers: usize,
-    last_rejection: Mutex<Option<Rejection>>,
-    warnings: Mutex<Vec<String>>,
 }
 
 impl RuntimeState {
-    /// Compiles `rules` and starts with them, for a gateway running `workers` data workers.
-    pub fn new(
-        rules: &RoutingRules,
-        hash: String,
-        max_request_body: u64,
+    /// Loads `text` (as read from `file`, which reloads re-read) for a gateway running `workers` data workers.
+    /// `observer` sees every later reload attempt, after the swap.
+    pub fn start(
+        file: &std::path::Path,
+        text: &str,
         workers: usize,
-    ) -> Result<Arc<RuntimeState>, String> {
-        let stores = PolicyStores::default();
-        let compiled = build(rules, hash, None, &stores, workers)?;
-        let state = Arc::new(RuntimeState {
-            rules: ArcSwap::from_pointee(compiled),
-            stores,
+        observer: impl Fn(&ReloadOutcome, &Running<Rules>) + Send + Sync + 'static,
+    ) -> Result<Arc<RuntimeState>, infergate_config::Diagnostics> {
+        let quotas = Arc::new(QuotaStore::default());
+        let on_reload: Observer<Rules> = {
+            let quotas = Arc::clone(&quotas);
+            Box::new(move |outcome, running| {
+                if let ReloadOutcome::Applied { .. } = outcome {
+                    adopt(&quotas, running);
+                }
+                observer(outcome, running);
+            })
+        };
+        let live = Live::start(file, text, loader(workers), Some(on_reload))?;
+        let first = live.current();
+        adopt(&quotas, &first);
+        let max_request_body = first.config.listeners.limits.max_request_body.bytes();
+        Ok(Arc::new(RuntimeState {
+            live: Arc::new(live),
+            quotas,
             max_request_body,
-            workers,
-            last_rejection: Mutex::new(None),
-            warnings: Mutex::new(Vec::new()),
-        });
-        Ok(state)
+        }))
     }
 
     /// Starts the background sweeper that evicts idle quota buckets (needs a Tokio runtime).
     pub fn spawn_maintenance(&self) {
-        self.stores.quotas.spawn_sweeper(Duration::from_secs(10));
+        self.quotas.spawn_sweeper(Duration::from_secs(10));
     }
 
     /// The running rules (one load per request; keep the `Arc` to the end of the request).
-    pub fn snapshot(&self) -> Arc<Rules> {
-        self.rules.load_full()
+    pub fn snapshot(&self) -> Snapshot {
+        self.live.current()
     }
 
-    /// Compiles `rules` and swaps them in. Upstreams whose settings did not change keep their connections
-    /// and outlier state; per-route state of unchanged routes carries over. On error nothing changes.
-    pub fn apply(&self, rules: &RoutingRules, hash: String) -> Result<(), String> {
-        let current = self.rules.load_full();
-        let compiled = build(rules, hash, Some(&current), &self.stores, self.workers)?;
-        self.rules.store(Arc::new(compiled));
-        Ok(())
+    /// The live value every reload goes through (for the file watcher).
+    pub fn live(&self) -> &Arc<Live<Rules>> {
+        &self.live
     }
 
-    /// Records a rejected config (served by `/config/errors`).
-    pub fn reject(&self, error: String, hash: Option<String>) {
-        let at_unix = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        if let Ok(mut r) = self.last_rejection.lock() {
-            *r = Some(Rejection { error, at_unix, hash });
-        }
-    }
-
-    /// The last rejection, if any.
-    pub fn last_rejection(&self) -> Option<Rejection> {
-        self.last_rejection.lock().ok().and_then(|r| r.clone())
-    }
-
-    /// Records warnings of the last applied config (e.g. restart-only changes).
-    pub fn set_warnings(&self, w: Vec<String>) {
-        if let Ok(mut cur) = self.warnings.lock() {
-            *cur = w;
-        }
-    }
-
-    /// Warnings of the last applied config.
-    pub fn warnings(&self) -> Vec<String> {
-        self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
+    /// Where the config stands: hash, load time, warnings, reload counts and the last rejection.
+    pub fn status(&self) -> ReloadStatus {
+        self.live.status()
     }
 
     /// The quota buckets.
     pub fn quotas(&self) -> &QuotaStore {
-        &self.stores.quotas
+        &self.quotas
     }
 
-    /// Canary analysis reports for the admin API.
+    /// Canary analysis reports of the running rules, for the admin API.
     pub fn canary_reports(&self) -> Vec<crate::canary::CanaryReport> {
-        self.stores.canaries.reports(Instant::now())
+        let rules = self.snapshot();
+        crate::canary::reports(
+            rules.routes.routes().iter().filter_map(|r| r.canary.as_ref()),
+            Instant::now(),
+        )
     }
 
-    /// The listener's body limit.
+    /// The listener's body limit (restart-only).
     pub fn max_request_body(&self) -> u64 {
         self.max_request_body
     }
 }
 
-fn build(
-    rules: &RoutingRules,
-    hash: String,
-    previous: Option<&Rules>,
-    stores: &PolicyStores,
-    workers: usize,
-) -> Result<Rules, String> {
-    let mut upstreams = HashMap::new();
-    for u in &rules.upstreams {
-        let settings = compile::upstream_settings(u, workers)?;
-        let reused = previous
-            .and_then(|p| p.upstreams.get(u.name.as_str()))
-            .filter(|old| *old.settings() == settings)
-            .cloned();
-        let up = reused.unwrap_or_else(|| Upstream::new(settings));
-        upstreams.insert(Arc::from(u.name.as_str()), up);
-    }
-    let routes = CompiledRoutes::compile(rules, stores).map_err(|e| e.to_string())?;
-    for r in routes.routes() {
-        for d in r.split.destinations() {
-            if !upstreams.contains_key(&d.upstream) {
-                return Err(format!(
-                    "route '{}' sends traffic to unknown upstream '{}'",
-                    r.name, d.upstream
-                ));
-            }
-        }
-        if let Some(m) = &r.mirror
-            && !upstreams.contains_key(&m.upstream)
-        {
-            return Err(format!(
-                "route '{}' mirrors to unknown upstream '{}'",
-                r.name, m.upstream
-            ));
-        }
-    }
-    register_metrics(&routes, &upstreams);
-    Ok(Rules {
-        routes,
-        upstreams,
-        source: Arc::new(rules.clone()),
-        hash,
-        loaded_at: SystemTime::now(),
-    })
-}
-
-/// Registers, at zero, the series of every route, destination and upstream of a new rules version, so
-/// dashboards and alerts see them before their first request (and `increase()` sees the first event).
-fn register_metrics(routes: &CompiledRoutes, upstreams: &HashMap<Arc<str>, Arc<Upstream>>) {
-    for r in routes.routes() {
+/// What a version that has just been swapped in asks of the state outside it: the bucket store's size, and
+/// the metric series of its routes, destinations and upstreams (registered at zero, so dashboards and alerts
+/// see them before their first request, and `increase()` sees the first event).
+fn adopt(quotas: &QuotaStore, rules: &Rules) {
+    quotas.set_capacity(rules.routes.quota_buckets(), Instant::now());
+    for r in rules.routes.routes() {
         let destinations: Vec<(Arc<str>, u32)> = r
             .split
             .destinations()
@@ -199,7 +128,7 @@ fn register_metrics(routes: &CompiledRoutes, upstreams: &HashMap<Arc<str>, Arc<U
             d.register();
         }
     }
-    for u in upstreams.values() {
+    for u in rules.upstreams.values() {
         u.tries().register();
     }
 }

@@ -2,14 +2,11 @@
 //! `ttl`, so that retries cannot multiply an outage (Finagle/Linkerd's design). Lock-free
 //! time-bucketed counters on tokio's clock (testable with a paused clock).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::canary::WindowStats;
-use crate::route::RouteKey;
 
 /// Budget settings of a route.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,37 +75,6 @@ impl RetryBudget {
 
     fn ns(&self, now: Instant) -> u64 {
         u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
-/// Long-lived budgets by route; a reload keeps a route's budget unless its settings changed.
-#[derive(Debug, Default)]
-pub struct RetryBudgetStore {
-    budgets: Mutex<HashMap<RouteKey, Arc<RetryBudget>>>,
-}
-
-impl RetryBudgetStore {
-    /// The budget of `route` under `spec` (the existing one if the spec is unchanged).
-    pub fn attach(&self, route: RouteKey, spec: BudgetSpec) -> Arc<RetryBudget> {
-        let mut m = match self.budgets.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        match m.get(&route) {
-            Some(b) if b.spec == spec => b.clone(),
-            _ => {
-                let b = Arc::new(RetryBudget::new(spec));
-                m.insert(route, b.clone());
-                b
-            }
-        }
-    }
-
-    /// Forgets routes not in `keep`.
-    pub fn retain(&self, keep: &[RouteKey]) {
-        if let Ok(mut m) = self.budgets.lock() {
-            m.retain(|k, _| keep.contains(k));
-        }
     }
 }
 

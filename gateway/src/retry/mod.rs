@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
 
-pub use budget::{BudgetSpec, RetryBudget, RetryBudgetStore};
+pub use budget::{BudgetSpec, RetryBudget};
 pub use replay::{ReplayBody, buffer_body};
 pub use send_try::SendTry;
 pub use service::{Retry, RetryBody, RetryError, RetryInfo, RetryLayer, send};

@@ -1,6 +1,8 @@
 //! Compiling `infergate_config::RoutingRules` into [`CompiledRoutes`]: config values become small
-//! typed policy values once per config version, and each route is attached to its long-lived
-//! state in [`PolicyStores`].
+//! typed policy values once per config version. Compiling is pure: a route's long-lived state (retry
+//! budget, canary analysis, mirror limit) is taken over from the same route of the running version when
+//! its settings did not change, and made fresh otherwise, but nothing outside the returned value changes,
+//! so a version that is refused later leaves the running one exactly as it was.
 
 use std::sync::Arc;
 
@@ -12,28 +14,14 @@ use super::{
     CompiledRoute, CompiledRoutes, HeaderMatch, HeaderValueMatch, HostMatch, PathMatch, RouteKey, RouteMatch,
 };
 use crate::caller::{CallerPolicy, CallerSource, CallerSources};
-use crate::canary::{CanaryPolicy, CanaryStore, Promotion};
+use crate::canary::{self, CanaryPolicy, Promotion};
 use crate::fault::{FaultAbort, FaultPolicy, Percent};
 use crate::metrics::DestinationMetrics;
-use crate::mirror::{MirrorPolicy, MirrorStore};
-use crate::quota::{QuotaSpec, QuotaStore, RouteQuota};
-use crate::retry::{Backoff, BudgetSpec, RetryBudgetStore, RetryOn, RetryPolicy};
+use crate::mirror::{MirrorLimit, MirrorPolicy};
+use crate::quota::{QuotaSpec, RouteQuota};
+use crate::retry::{Backoff, BudgetSpec, RetryBudget, RetryOn, RetryPolicy};
 use crate::split::{Destination, Split};
 use crate::timeout::TimeoutPolicy;
-
-/// State that outlives config versions: token buckets, retry budgets, canary windows, mirror
-/// limits. One per gateway process; pass it to every [`CompiledRoutes::compile`].
-#[derive(Debug, Default)]
-pub struct PolicyStores {
-    /// Token buckets (share with a periodic [`QuotaStore::spawn_sweeper`]).
-    pub quotas: Arc<QuotaStore>,
-    /// Canary analysis states (the admin `/canary` endpoint reads [`CanaryStore::reports`]).
-    pub canaries: CanaryStore,
-    /// Retry budgets.
-    pub budgets: RetryBudgetStore,
-    /// Mirror concurrency limits.
-    pub mirrors: MirrorStore,
-}
 
 /// Rules that passed `infergate-config` validation but cannot be compiled (should not happen;
 /// every message names the route and the field).
@@ -42,20 +30,20 @@ pub struct PolicyStores {
 pub struct CompileError(pub Vec<String>);
 
 impl CompiledRoutes {
-    /// Compiles one config version, attaching each route to its long-lived state in `stores`
-    /// (retry budget, canary analysis, mirror limit): state is reused for routes whose relevant
-    /// settings did not change, and forgotten for routes that are gone.
-    pub fn compile(rules: &cfg::RoutingRules, stores: &PolicyStores) -> Result<Self, CompileError> {
+    /// Compiles one config version. `running` is the version in force, if any: a route of the same name
+    /// whose relevant settings did not change keeps its retry budget, canary analysis and mirror limit;
+    /// routes that are gone take theirs with them when the running version is dropped.
+    pub fn compile(
+        rules: &cfg::RoutingRules,
+        running: Option<&CompiledRoutes>,
+    ) -> Result<Self, CompileError> {
         let mut errors = Vec::new();
         let callers = caller_policy(&rules.callers);
         let now = Instant::now();
-        stores.quotas.set_capacity(
-            usize::try_from(rules.callers.quota_buckets).unwrap_or(usize::MAX),
-            now,
-        );
         let mut routes = Vec::with_capacity(rules.routes.len());
         for r in &rules.routes {
-            match compile_route(r, &rules.callers, stores, now) {
+            let previous = running.and_then(|p| p.get(&r.name));
+            match compile_route(r, &rules.callers, previous, now) {
                 Ok(c) => routes.push(c),
                 Err(e) => errors.extend(e),
             }
@@ -63,21 +51,17 @@ impl CompiledRoutes {
         if !errors.is_empty() {
             return Err(CompileError(errors));
         }
-        let keys: Vec<RouteKey> = routes.iter().map(|r| r.key).collect();
-        stores.canaries.retain(&keys);
-        stores.budgets.retain(&keys);
-        stores.mirrors.retain(&keys);
-        Ok(CompiledRoutes::new(routes, callers))
+        let quota_buckets = usize::try_from(rules.callers.quota_buckets).unwrap_or(usize::MAX);
+        Ok(CompiledRoutes::new(routes, callers).with_quota_buckets(quota_buckets))
     }
 }
 
 impl TryFrom<&cfg::RoutingRules> for CompiledRoutes {
     type Error = CompileError;
 
-    /// Compiles with fresh state (for `check` and tests; the running gateway uses
-    /// [`CompiledRoutes::compile`] with its long-lived [`PolicyStores`]).
+    /// Compiles with fresh state, as the first version of a gateway is.
     fn try_from(rules: &cfg::RoutingRules) -> Result<Self, CompileError> {
-        CompiledRoutes::compile(rules, &PolicyStores::default())
+        CompiledRoutes::compile(rules, None)
     }
 }
 
@@ -122,7 +106,7 @@ fn quota_spec(q: &cfg::Quota) -> QuotaSpec {
 fn compile_route(
     r: &cfg::Route,
     callers: &cfg::Callers,
-    stores: &PolicyStores,
+    previous: Option<&CompiledRoute>,
     now: Instant,
 ) -> Result<CompiledRoute, Vec<String>> {
     let mut errors = Vec::new();
@@ -237,19 +221,23 @@ fn compile_route(
             }
         }
     };
-    let retry_budget = stores.budgets.attach(key, retry.budget);
+    let retry_budget = match previous {
+        Some(p) if p.retry_budget.spec() == retry.budget => Arc::clone(&p.retry_budget),
+        _ => Arc::new(RetryBudget::new(retry.budget)),
+    };
 
     // Mirror.
     let mirror = r.mirror.as_ref().map(|m| {
-        let limiter = stores
-            .mirrors
-            .attach(key, usize::try_from(m.max_concurrent).unwrap_or(usize::MAX));
+        let limit = MirrorLimit::carry_over(
+            previous.and_then(|p| p.mirror.as_ref()),
+            usize::try_from(m.max_concurrent).unwrap_or(usize::MAX),
+        );
         MirrorPolicy::new(
             name.clone(),
             m.upstream.as_str().into(),
             Percent::new(m.percent),
             m.timeout.unwrap_or(r.timeout),
-            limiter,
+            limit,
         )
     });
 
@@ -293,7 +281,13 @@ fn compile_route(
                         .iter()
                         .map(|d| (d.name.clone(), d.weight))
                         .collect();
-                    Some(stores.canaries.attach(&r.name, &dests, &policy, now))
+                    Some(canary::carry_over(
+                        previous.and_then(|p| p.canary.as_ref()),
+                        &r.name,
+                        &dests,
+                        &policy,
+                        now,
+                    ))
                 }
                 _ => {
                     errors.push(format!(

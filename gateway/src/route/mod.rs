@@ -1,7 +1,7 @@
 //! Route matching: which route of the running rules a request belongs to.
 //!
 //! [`CompiledRoutes`] is built once per config version (from `infergate_config::RoutingRules`, see
-//! [`CompiledRoutes::from`]) and queried per request with [`CompiledRoutes::match_request`]. Routes are
+//! [`CompiledRoutes::compile`]) and queried per request with [`CompiledRoutes::match_request`]. Routes are
 //! tried in config order; the first whose every condition holds wins. Each condition is
 //! precompiled (lower-cased hosts, parsed header names, method list), so a decision allocates
 //! nothing and costs well under a microsecond (see `benches/policy_route.rs`).
@@ -11,16 +11,16 @@
 //! [`RequestFacts::with_model`].
 
 mod compile;
-pub mod grpc;
-pub mod kserve;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
-pub use compile::{CompileError, PolicyStores, caller_policy};
-pub use kserve::{ModelRef, RestModelPath, parse_rest_model_path};
+pub use crate::model_ref::{grpc, kserve};
+pub use crate::route_key::RouteKey;
+pub use compile::{CompileError, caller_policy};
+pub use kserve::{ModelRef, RestModelPath, parse_repository_model_path, parse_rest_model_path};
 
 use crate::caller::CallerPolicy;
 use crate::canary::CanaryState;
@@ -32,22 +32,6 @@ use crate::request_target::route_host;
 use crate::retry::{RetryBudget, RetryPolicy};
 use crate::split::Split;
 use crate::timeout::TimeoutPolicy;
-
-/// A stable identifier of a route across config versions: a hash of its name. Long-lived stores
-/// (quota buckets, retry budgets, canary windows) are keyed by it, so a reload keeps their state
-/// for routes that still exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RouteKey(pub u64);
-
-impl RouteKey {
-    /// The key of the route named `name`.
-    pub fn of(name: &str) -> Self {
-        use std::hash::Hasher;
-        let mut h = crate::caller::StableHasher::default();
-        h.write(name.as_bytes());
-        Self(h.finish())
-    }
-}
 
 /// The facts about one request that routes match on. Borrowed; build one per request.
 #[derive(Debug, Clone, Copy)]
@@ -67,8 +51,9 @@ pub struct RequestFacts<'a> {
 impl<'a> RequestFacts<'a> {
     /// Facts from the request head, whose target [`crate::request_target::canonicalise`] has checked and
     /// rewritten. The host is the URI's authority (HTTP/2 `:authority`, absolute-form) or `Host`, without port
-    /// and trailing dot. The model is parsed from a REST `/v2/models/{name}` path as written (set the decoded
-    /// name with [`RequestFacts::with_model`] when it holds escapes, and for gRPC after peeking the body).
+    /// and trailing dot. The model is parsed from a REST `/v2/models/{name}` or
+    /// `/v2/repository/models/{name}/load|unload` path as written (set the decoded name with
+    /// [`RequestFacts::with_model`] when it holds escapes, and for gRPC after peeking the body).
     pub fn new(method: &'a Method, uri: &'a Uri, headers: &'a HeaderMap) -> Self {
         let host = uri.authority().map(|a| route_host(a.as_str())).or_else(|| {
             headers
@@ -77,7 +62,9 @@ impl<'a> RequestFacts<'a> {
                 .map(route_host)
         });
         let path = uri.path();
-        let model = parse_rest_model_path(path).map(|p| p.model);
+        let model = parse_rest_model_path(path)
+            .map(|p| p.model)
+            .or_else(|| parse_repository_model_path(path));
         Self {
             method,
             host,
@@ -236,13 +223,13 @@ pub struct CompiledRoute {
     pub timeout: TimeoutPolicy,
     /// Attempts, per-try timeout, conditions, back-off, budget, replay limit.
     pub retry: Arc<RetryPolicy>,
-    /// The route's retry budget (long-lived, from [`PolicyStores`]).
+    /// The route's retry budget (carried over across versions while its settings stay).
     pub retry_budget: Arc<RetryBudget>,
     /// Shadow traffic, if configured.
     pub mirror: Option<MirrorPolicy>,
     /// Fault injection, if configured.
     pub fault: Option<FaultPolicy>,
-    /// Automatic canary analysis, if configured (long-lived state, from [`PolicyStores`]).
+    /// Automatic canary analysis, if configured (carried over across versions while its settings stay).
     pub canary: Option<Arc<CanaryState>>,
     /// Metric handles, one per destination (same order as [`Split::destinations`]).
     pub metrics: Arc<[Arc<DestinationMetrics>]>,
@@ -283,6 +270,7 @@ pub struct CompiledRoutes {
     routes: Vec<CompiledRoute>,
     by_name: HashMap<Arc<str>, usize>,
     callers: CallerPolicy,
+    quota_buckets: usize,
 }
 
 impl CompiledRoutes {
@@ -297,7 +285,20 @@ impl CompiledRoutes {
             routes,
             by_name,
             callers,
+            quota_buckets: usize::MAX,
         }
+    }
+
+    /// Sets how many quota buckets the gateway keeps (`callers.quota_buckets`).
+    pub fn with_quota_buckets(mut self, buckets: usize) -> Self {
+        self.quota_buckets = buckets;
+        self
+    }
+
+    /// How many quota buckets the gateway keeps while these routes run (the swap applies it to the
+    /// long-lived bucket store).
+    pub fn quota_buckets(&self) -> usize {
+        self.quota_buckets
     }
 
     /// How callers are identified (for quotas and sticky splits).

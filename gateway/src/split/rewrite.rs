@@ -7,8 +7,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use http::Uri;
 
-use crate::route::grpc::{FRAME_HEADER_LEN, Next, WireError, frame_header, next_field};
-use crate::route::parse_rest_model_path;
+use crate::model_ref::grpc::{FRAME_HEADER_LEN, Next, WireError, frame_header, next_field};
+use crate::model_ref::kserve::parse_rest_model_path;
 
 /// `/v2/models/m/infer` → `/v2/models/m/versions/{version}/infer` (an existing version segment is
 /// replaced; the query string is kept). `None` when the path names no model.

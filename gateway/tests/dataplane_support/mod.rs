@@ -130,11 +130,9 @@ pub async fn gateway(yaml: &str) -> Arc<Gateway> {
 
 /// Starts a gateway from YAML as if read from `file` (relative TLS paths resolve against its folder).
 pub async fn gateway_at(yaml: &str, file: &Path) -> Arc<Gateway> {
-    let config = infergate_config::parse_gateway_config(yaml, file)
-        .unwrap_or_else(|d| panic!("test config invalid:\n{d}"));
     Gateway::start(
-        config,
-        "test".into(),
+        yaml,
+        file,
         Overrides {
             data: Some("127.0.0.1:0".parse().unwrap()),
             admin: Some("127.0.0.1:0".parse().unwrap()),
@@ -142,7 +140,7 @@ pub async fn gateway_at(yaml: &str, file: &Path) -> Arc<Gateway> {
         },
     )
     .await
-    .unwrap()
+    .unwrap_or_else(|e| panic!("test config invalid:\n{e}"))
 }
 
 /// A routes file with one catch-all route to one h2c upstream.

@@ -51,6 +51,20 @@ pub fn parse_rest_model_path(path: &str) -> Option<RestModelPath<'_>> {
     })
 }
 
+const REPOSITORY_PREFIX: &str = "/v2/repository/models/";
+
+/// The model named by a repository call, `/v2/repository/models/{name}/load` or `.../unload` (query string
+/// allowed after it), as written in the path. `None` for other paths and empty names.
+pub fn parse_repository_model_path(path: &str) -> Option<ModelRef<'_>> {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let rest = path.strip_prefix(REPOSITORY_PREFIX)?;
+    let (name, action) = rest.split_once('/')?;
+    if name.is_empty() || !matches!(action, "load" | "unload") {
+        return None;
+    }
+    Some(ModelRef { name, version: None })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +96,26 @@ mod tests {
         assert_eq!(parse_rest_model_path("/v2/models/stats"), None);
         assert_eq!(parse_rest_model_path("/v2/models/"), None);
         assert_eq!(parse_rest_model_path("/v2/health/ready"), None);
+    }
+
+    #[test]
+    fn repository_load_and_unload_name_their_model() {
+        for action in ["load", "unload"] {
+            let path = format!("/v2/repository/models/res%6Eet/{action}?x=1");
+            assert_eq!(
+                parse_repository_model_path(&path),
+                Some(ModelRef {
+                    name: "res%6Eet",
+                    version: None
+                })
+            );
+        }
+        assert_eq!(parse_repository_model_path("/v2/repository/index"), None);
+        assert_eq!(parse_repository_model_path("/v2/repository/models//load"), None);
+        assert_eq!(
+            parse_repository_model_path("/v2/repository/models/a/delete"),
+            None
+        );
+        assert_eq!(parse_repository_model_path("/v2/repository/models/a"), None);
     }
 }

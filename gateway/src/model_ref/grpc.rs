@@ -17,6 +17,46 @@ pub const MODEL_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
 /// The streaming variant (Triton): every message is a `ModelInferRequest`.
 pub const MODEL_STREAM_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
+/// Where a request message carries the model it names: its protobuf field numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelFields {
+    /// The field holding the model name.
+    pub name: u32,
+    /// The field holding the model version, when the message has one.
+    pub version: Option<u32>,
+}
+
+impl ModelFields {
+    /// `ModelInferRequest` and the other per-model requests (`ModelReady`, `ModelMetadata`, `ModelConfig`,
+    /// `ModelStatistics`): `name`/`model_name` 1, `version`/`model_version` 2.
+    pub const MODEL: ModelFields = ModelFields {
+        name: 1,
+        version: Some(2),
+    };
+    /// `RepositoryModelLoadRequest` and `RepositoryModelUnloadRequest`: `repository_name` 1, `model_name` 2,
+    /// no version.
+    pub const REPOSITORY: ModelFields = ModelFields {
+        name: 2,
+        version: None,
+    };
+
+    /// The layout of the request messages of the gRPC method at `path`, or `None` for methods whose requests
+    /// name no model (server health and metadata, the repository index, anything outside
+    /// `inference.GRPCInferenceService`).
+    pub fn of_method(path: &str) -> Option<ModelFields> {
+        let method = path.strip_prefix(SERVICE_PREFIX)?;
+        match method {
+            "RepositoryModelLoad" | "RepositoryModelUnload" => Some(Self::REPOSITORY),
+            "ServerLive" | "ServerReady" | "ServerMetadata" | "RepositoryIndex" => None,
+            m if m.starts_with("Model") => Some(Self::MODEL),
+            _ => None,
+        }
+    }
+}
+
+/// The path prefix of the KServe V2 gRPC service's methods.
+const SERVICE_PREFIX: &str = "/inference.GRPCInferenceService/";
+
 /// Length of the gRPC message header: compressed flag (1 byte) and message length (4 bytes, BE).
 pub const FRAME_HEADER_LEN: usize = 5;
 
@@ -25,9 +65,9 @@ pub const FRAME_HEADER_LEN: usize = 5;
 pub enum GrpcPeek<'a> {
     /// `model_name` and `model_version`, each the last occurrence in the message.
     Found {
-        /// Field 1 of `ModelInferRequest` (its last occurrence).
+        /// The model name field (its last occurrence).
         name: &'a str,
-        /// Field 2 of `ModelInferRequest` (its last occurrence), unless absent or empty.
+        /// The version field (its last occurrence), unless absent, empty or not in the message.
         version: Option<&'a str>,
     },
     /// The bytes end before the first message does: buffer more of the body and peek again.
@@ -185,6 +225,11 @@ pub fn next_field(msg: &[u8], msg_len: usize, pos: &mut usize) -> Result<Next, W
 /// field of the message is visited and the last occurrence of each wins, so the answer is
 /// [`GrpcPeek::NeedMore`] until the whole first message is in `body`.
 pub fn peek_model(body: &[u8]) -> GrpcPeek<'_> {
+    peek_model_fields(body, ModelFields::MODEL)
+}
+
+/// [`peek_model`] for a message whose model name (and version) sit in `fields`.
+pub fn peek_model_fields(body: &[u8], fields: ModelFields) -> GrpcPeek<'_> {
     let (compressed, len) = match frame_header(body) {
         None => return GrpcPeek::NeedMore,
         Some(Err(e)) => return GrpcPeek::Malformed(e),
@@ -204,10 +249,12 @@ pub fn peek_model(body: &[u8]) -> GrpcPeek<'_> {
             Ok(Next::End) => break,
             Ok(Next::Incomplete { .. }) => return GrpcPeek::NeedMore,
             Ok(Next::Field(f)) => {
-                let slot = match f.number {
-                    1 => &mut name,
-                    2 => &mut version,
-                    _ => continue,
+                let slot = if f.number == fields.name {
+                    &mut name
+                } else if Some(f.number) == fields.version {
+                    &mut version
+                } else {
+                    continue;
                 };
                 if f.wire_type != 2 {
                     return GrpcPeek::Malformed(WireError::WrongWireType {
@@ -316,5 +363,30 @@ mod tests {
             GrpcPeek::Malformed(WireError::BadWireType(3))
         );
         assert_eq!(peek_model(&frame(&[0x1a, 0])), GrpcPeek::Missing);
+    }
+
+    #[test]
+    fn repository_calls_name_their_model_in_field_2_and_carry_no_version() {
+        let path = "/inference.GRPCInferenceService/RepositoryModelLoad";
+        let fields = ModelFields::of_method(path).unwrap();
+        assert_eq!(fields, ModelFields::REPOSITORY);
+        // repository_name 1, model_name 2: the model is field 2, and nothing is read as a version.
+        let msg = [0x0a, 1, b'r', 0x12, 6, b's', b'e', b'c', b'r', b'e', b't'];
+        assert_eq!(
+            peek_model_fields(&frame(&msg), fields),
+            GrpcPeek::Found {
+                name: "secret",
+                version: None
+            }
+        );
+        assert_eq!(
+            ModelFields::of_method("/inference.GRPCInferenceService/ModelStreamInfer"),
+            Some(ModelFields::MODEL)
+        );
+        assert_eq!(
+            ModelFields::of_method("/inference.GRPCInferenceService/RepositoryIndex"),
+            None
+        );
+        assert_eq!(ModelFields::of_method("/grpc.health.v1.Health/Check"), None);
     }
 }
