@@ -65,15 +65,11 @@ fn tv_resnet50_matches_onnxruntime() {
 }
 
 #[test]
-#[ignore = "engine bug: the SE block's Mul (features * HardSigmoid(fc2)) is fused into fc2's Conv as an epilogue \
-            operand larger than the Conv's [N,C,1,1] output; the run fails with 'fused operand ... does not broadcast'"]
 fn tv_mobilenet_v3_large_matches_onnxruntime() {
     check_cpu("tv_mobilenet_v3_large");
 }
 
 #[test]
-#[ignore = "engine bug: the SE block's Mul (features * Sigmoid(fc2)) is fused into fc2's Conv as an epilogue \
-            operand larger than the Conv's [N,C,1,1] output; the run fails with 'fused operand ... does not broadcast'"]
 fn tv_efficientnet_b0_matches_onnxruntime() {
     check_cpu("tv_efficientnet_b0");
 }
