@@ -75,7 +75,6 @@ fn tv_efficientnet_b0_matches_onnxruntime() {
 }
 
 #[test]
-#[ignore = "operator Mod is not supported yet (torchvision's MultiheadAttention export uses it; issue 23's new operators)"]
 fn tv_vit_b_16_matches_onnxruntime() {
     check_cpu("tv_vit_b_16");
 }
