@@ -375,7 +375,14 @@ pub fn specialise(
     compact(sp, graph, outputs)
 }
 
-/// Concrete shapes of every value for two probe sizes of the dynamic input dims (1 and 2), or
+/// The sizes given to every dynamic input dim by [`probe_shapes`]. They are large enough that a backbone's
+/// downsampling (stride 32 or 64) leaves spatial dims above 1 in one of them: with tiny probes a
+/// [N, C, H, W] feature map shrinks to [N, C, 1, 1] and looks like a squeeze-and-excitation scale, so a
+/// shape condition checked on them would hold only for the probes. Multiples of 32 keep U-Net-style skip
+/// connections (upsampled features concatenated with earlier ones) consistent.
+const PROBE_SIZES: [usize; 2] = [64, 96];
+
+/// Concrete shapes of every value for two probe sizes of the dynamic input dims ([`PROBE_SIZES`]), or
 /// `None` when the graph has host inputs or a probe fails. Passes use it to check shape conditions.
 pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>>; 2]> {
     if !host_inputs(graph).is_empty() {
@@ -412,7 +419,7 @@ pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>
         }
         Some(m)
     };
-    Some([probe(1)?, probe(2)?])
+    Some([probe(PROBE_SIZES[0])?, probe(PROBE_SIZES[1])?])
 }
 
 fn run_spec<'g>(

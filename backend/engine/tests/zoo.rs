@@ -65,21 +65,16 @@ fn tv_resnet50_matches_onnxruntime() {
 }
 
 #[test]
-#[ignore = "engine bug: the SE block's Mul (features * HardSigmoid(fc2)) is fused into fc2's Conv as an epilogue \
-            operand larger than the Conv's [N,C,1,1] output; the run fails with 'fused operand ... does not broadcast'"]
 fn tv_mobilenet_v3_large_matches_onnxruntime() {
     check_cpu("tv_mobilenet_v3_large");
 }
 
 #[test]
-#[ignore = "engine bug: the SE block's Mul (features * Sigmoid(fc2)) is fused into fc2's Conv as an epilogue \
-            operand larger than the Conv's [N,C,1,1] output; the run fails with 'fused operand ... does not broadcast'"]
 fn tv_efficientnet_b0_matches_onnxruntime() {
     check_cpu("tv_efficientnet_b0");
 }
 
 #[test]
-#[ignore = "operator Mod is not supported yet (torchvision's MultiheadAttention export uses it; issue 23's new operators)"]
 fn tv_vit_b_16_matches_onnxruntime() {
     check_cpu("tv_vit_b_16");
 }

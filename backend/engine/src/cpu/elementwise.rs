@@ -395,6 +395,17 @@ fn num_binary<T: Num>(
         BinaryOp::Sub => NumOut::Same(broadcast2(a, sa, b, sb, out, T::sub)),
         BinaryOp::Mul => NumOut::Same(broadcast2(a, sa, b, sb, out, T::mul)),
         BinaryOp::Div => NumOut::Same(broadcast2(a, sa, b, sb, out, T::div)),
+        BinaryOp::Fmod => NumOut::Same(broadcast2(a, sa, b, sb, out, T::rem)),
+        BinaryOp::Mod => NumOut::Same(broadcast2(a, sa, b, sb, out, |x, y| {
+            // the truncated remainder moved to the divisor's side of zero
+            let r = x.rem(y);
+            let zero = T::default();
+            if r != zero && (r < zero) != (y < zero) {
+                r.add(y)
+            } else {
+                r
+            }
+        })),
         BinaryOp::Min => NumOut::Same(broadcast2(a, sa, b, sb, out, |x, y| {
             if T::IS_FLOAT && (x.to_f64().is_nan() || y.to_f64().is_nan()) {
                 T::from_f64(f64::NAN)

@@ -9,6 +9,8 @@ pub(crate) trait Num: Copy + PartialOrd + Send + Sync + Default + 'static {
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
     fn div(self, o: Self) -> Self;
+    /// The remainder of truncated division, with the dividend's sign (C's `fmod`).
+    fn rem(self, o: Self) -> Self;
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
     fn neg(self) -> Self;
@@ -25,6 +27,7 @@ macro_rules! int_num {
             fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
             fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
             fn div(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_div(o) } }
+            fn rem(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_rem(o) } }
             fn to_f64(self) -> f64 { self as f64 }
             fn from_f64(v: f64) -> Self { v as $t }
             #[allow(clippy::unnecessary_cast)]
@@ -46,6 +49,7 @@ macro_rules! float_num {
             fn sub(self, o: Self) -> Self { self - o }
             fn mul(self, o: Self) -> Self { self * o }
             fn div(self, o: Self) -> Self { self / o }
+            fn rem(self, o: Self) -> Self { self % o }
             fn to_f64(self) -> f64 { self as f64 }
             fn from_f64(v: f64) -> Self { v as $t }
             fn neg(self) -> Self { -self }
@@ -65,6 +69,7 @@ macro_rules! half_num {
             fn sub(self, o: Self) -> Self { <$t>::from_f32(self.to_f32() - o.to_f32()) }
             fn mul(self, o: Self) -> Self { <$t>::from_f32(self.to_f32() * o.to_f32()) }
             fn div(self, o: Self) -> Self { <$t>::from_f32(self.to_f32() / o.to_f32()) }
+            fn rem(self, o: Self) -> Self { <$t>::from_f32(self.to_f32() % o.to_f32()) }
             fn to_f64(self) -> f64 { self.to_f64() }
             fn from_f64(v: f64) -> Self { <$t>::from_f64(v) }
             fn neg(self) -> Self { -self }

@@ -106,6 +106,10 @@ pub enum BinaryOp {
     Mul,
     /// a / b (integer division truncates toward zero)
     Div,
+    /// a mod b with the sign of b, as numpy's `mod` (ONNX Mod, fmod = 0); integer mod 0 gives 0
+    Mod,
+    /// a mod b with the sign of a, as C's `fmod` (ONNX Mod, fmod = 1); integer mod 0 gives 0
+    Fmod,
     /// a ^ b (b may have another numeric dtype; output has a's dtype)
     Pow,
     /// min(a, b)

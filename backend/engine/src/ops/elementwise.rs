@@ -39,6 +39,7 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::new("Mul", 7, convert, &FAMILY),
     OnnxOp::new("Div", 7, convert, &FAMILY),
     OnnxOp::new("Pow", 7, convert, &FAMILY),
+    OnnxOp::new("Mod", 10, convert, &FAMILY),
     OnnxOp::new("Equal", 7, convert, &FAMILY),
     OnnxOp::new("Less", 7, convert, &FAMILY),
     OnnxOp::new("Greater", 7, convert, &FAMILY),
@@ -142,6 +143,13 @@ fn convert(
         "Mul" => binary(BinaryOp::Mul),
         "Div" => binary(BinaryOp::Div),
         "Pow" => binary(BinaryOp::Pow),
+        "Mod" => match a.int("fmod", 0)? {
+            0 => binary(BinaryOp::Mod),
+            1 => binary(BinaryOp::Fmod),
+            other => Err(EngineError::invalid(format!(
+                "Mod: attribute fmod is {other}; it must be 0 (sign of the divisor) or 1 (sign of the dividend)"
+            ))),
+        },
         "Equal" => binary(BinaryOp::Equal),
         "Less" => binary(BinaryOp::Less),
         "Greater" => binary(BinaryOp::Greater),

@@ -210,7 +210,8 @@ pub(crate) fn fuse_activation(g: &mut Graph) -> Result<bool> {
 }
 
 /// Binary(Conv|MatMul|Gemm(..), t) → the producer with a Binary epilogue step reading t, when t
-/// broadcasts into the producer's output without growing it (checked on two probe shapes).
+/// broadcasts into the producer's output without growing it (checked on both probe shapes, whose sizes keep
+/// downsampled feature maps above 1×1, so a squeeze-and-excitation `features · scale` stays unfused).
 pub(crate) fn fuse_binary(g: &mut Graph) -> Result<bool> {
     let candidates: Vec<usize> = (0..g.nodes.len())
         .filter(|&i| {

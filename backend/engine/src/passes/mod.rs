@@ -4,6 +4,8 @@
 mod fold;
 mod fuse;
 mod patterns;
+#[cfg(test)]
+mod tests;
 
 use crate::error::Result;
 use crate::ir::{Graph, Node, ValueId};

@@ -159,6 +159,8 @@ pub(crate) fn ew_binary(op: BinaryOp) -> expr::BinaryOp {
         BinaryOp::Sub => E::Sub,
         BinaryOp::Mul => E::Mul,
         BinaryOp::Div => E::Div,
+        BinaryOp::Mod => E::Mod,
+        BinaryOp::Fmod => E::Fmod,
         BinaryOp::Pow => E::Pow,
         BinaryOp::Min => E::Min,
         BinaryOp::Max => E::Max,

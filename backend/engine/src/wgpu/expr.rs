@@ -55,6 +55,10 @@ pub(crate) enum BinaryOp {
     Sub,
     Mul,
     Div,
+    /// Remainder with the divisor's sign (numpy's `mod`).
+    Mod,
+    /// Remainder with the dividend's sign (C's `fmod`).
+    Fmod,
     Pow,
     Min,
     Max,
@@ -248,11 +252,20 @@ fn ew_ipow(a: i32, b: i32) -> i32 {
 fn ew_fmod(a: f32, b: f32) -> f32 {
     return a - b * trunc(a / b);
 }
+fn ew_floor_fmod(a: f32, b: f32) -> f32 {
+    let r = ew_fmod(a, b);
+    if (r != 0.0 && ((r < 0.0) != (b < 0.0))) { return r + b; }
+    return r;
+}
 fn ew_imod(a: i32, b: i32) -> i32 {
     if (b == 0) { return 0; }
     let r = a % b;
     if (r != 0 && ((r < 0) != (b < 0))) { return r + b; }
     return r;
+}
+fn ew_itmod(a: i32, b: i32) -> i32 {
+    if (b == 0) { return 0; }
+    return a % b;
 }
 fn ew_idiv(a: i32, b: i32) -> i32 {
     if (b == 0) { return 0; }
@@ -522,6 +535,10 @@ fn binary(op: BinaryOp, a: &str, ta: Ty, b: &str, tb: Ty) -> GpuResult<(String, 
         (Mul, Ty::F | Ty::I) => format!("({a} * {b})"),
         (Div, Ty::F) => format!("({a} / {b})"),
         (Div, Ty::I) => format!("ew_idiv({a}, {b})"),
+        (Mod, Ty::F) => format!("ew_floor_fmod({a}, {b})"),
+        (Mod, Ty::I) => format!("ew_imod({a}, {b})"),
+        (Fmod, Ty::F) => format!("ew_fmod({a}, {b})"),
+        (Fmod, Ty::I) => format!("ew_itmod({a}, {b})"),
         (Pow, Ty::F) => format!("ew_pow({a}, {b})"),
         (Pow, Ty::I) => format!("ew_ipow({a}, {b})"),
         (Min, Ty::F) => format!("ew_fmin({a}, {b})"),

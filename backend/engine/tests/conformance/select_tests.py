@@ -17,7 +17,7 @@ MaxPool AveragePool GlobalAveragePool GlobalMaxPool
 ReduceMean ReduceSum ReduceMax ReduceMin ReduceL2 ArgMax ArgMin Softmax LogSoftmax TopK
 Reshape Flatten Transpose Concat Split Slice Gather GatherElements Squeeze Unsqueeze Expand Tile Pad Shape
 Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GRU If
-Sign Mish CastLike SpaceToDepth
+Sign Mish CastLike SpaceToDepth Mod
 """.split())
 
 

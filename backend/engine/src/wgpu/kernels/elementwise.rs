@@ -101,6 +101,8 @@ pub(crate) fn variants() -> GpuResult<Vec<crate::wgpu::template::KernelSource>> 
         BinaryOp::Sub,
         BinaryOp::Mul,
         BinaryOp::Div,
+        BinaryOp::Mod,
+        BinaryOp::Fmod,
         BinaryOp::Pow,
         BinaryOp::Min,
         BinaryOp::Max,
