@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use infergate_engine::{Dim, ExecutorKind, Model, Session, SessionOptions, Tensor};
 
+use crate::confine;
 use crate::manifest::{self, ManifestOutcome};
 use crate::model_config;
 use crate::repository::scan;
@@ -101,6 +102,12 @@ fn check_model(name: &str, dir: &Path, strict: bool, run: bool, r: &mut CheckRep
             Err(problems) => r.problems.extend(problems),
         }
         let path = vdir.join(&filename);
+        // A missing file is reported by the load below; one that resolves outside the folder is not read.
+        let escapes = path.exists().then(|| confine::resolve_inside(dir, &path).err());
+        if let Some(e) = escapes.flatten() {
+            r.problems.push(e);
+            continue;
+        }
         match Model::load(&path) {
             Ok(m) => models.push((v, Arc::new(m))),
             Err(e) => r.problems.push(format!("{}: {e}", path.display())),

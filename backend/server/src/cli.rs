@@ -9,6 +9,8 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use infergate_protocol::grpc::TRITONCLIENT_MAX_MESSAGE_BYTES;
+
 use crate::core::CoreOptions;
 use crate::model_config::SpecDefaults;
 use crate::repository::{ControlMode, RepositoryOptions};
@@ -159,6 +161,10 @@ pub struct ServeArgs {
     /// Largest REST request body in bytes (compressed and decompressed).
     #[arg(long, default_value_t = 64 << 20)]
     pub http_max_input_size: usize,
+    /// Largest gRPC message received or sent, in bytes (compressed and decompressed). A larger request
+    /// is refused with RESOURCE_EXHAUSTED before its body is read. Default: Triton's (2 GiB − 1).
+    #[arg(long, default_value_t = TRITONCLIENT_MAX_MESSAGE_BYTES as u64, value_parser = clap::value_parser!(u64).range(1..=TRITONCLIENT_MAX_MESSAGE_BYTES as u64))]
+    pub grpc_max_message_size: u64,
     /// Inference requests in the server at once; more are refused with UNAVAILABLE (0 = no limit).
     #[arg(long, default_value_t = 0)]
     pub max_concurrent_requests: usize,

@@ -3,6 +3,7 @@
 pub mod batcher;
 pub mod check;
 pub mod cli;
+pub mod confine;
 pub mod convert;
 pub mod core;
 pub mod grpc;

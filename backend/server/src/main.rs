@@ -155,7 +155,11 @@ async fn serve(args: ServeArgs, process_start: Instant) -> Result<(), String> {
     if args.allow_grpc {
         let addr = SocketAddr::new(args.grpc_address, args.grpc_port);
         let listener = bind("gRPC", "--grpc-port", addr).await?;
-        let mut limits = GrpcLimits::default();
+        let mut limits = GrpcLimits {
+            // The flag's range (1..=2 GiB − 1) fits a usize on every platform we build for.
+            max_message_bytes: usize::try_from(args.grpc_max_message_size).unwrap_or(usize::MAX),
+            ..GrpcLimits::default()
+        };
         if args.max_concurrent_requests > 0 {
             limits.max_concurrent_requests = args.max_concurrent_requests;
         }

@@ -19,6 +19,7 @@ use crate::spec::{
     INTRA_OP_THREADS_PARAMETER, InstanceGroup, InstanceKind, IoSpec, ModelSpec, VersionPolicy, WarmupData,
     WarmupInput, WarmupSample,
 };
+use crate::{confine, warmup};
 
 /// The model parameter that turns on adaptive batching: the p99 latency target in microseconds.
 pub const ADAPTIVE_P99_PARAMETER: &str = "infergate.adaptive_p99_us";
@@ -83,7 +84,12 @@ pub fn parse_override(text: &str, name: &str) -> Result<ModelConfig, String> {
 
 fn check_support(c: &ModelConfig, file: &Path) -> Result<(), String> {
     let d = c.support_diagnostics(file, None);
-    let errors: Vec<String> = d.errors().map(|e| e.to_string()).collect();
+    let mut errors: Vec<String> = d.errors().map(|e| e.to_string()).collect();
+    errors.extend(
+        file_paths(c)
+            .filter_map(|(what, rel)| confine::check_relative(rel, &what).err())
+            .map(|e| format!("{}: model '{}': {e}", file.display(), c.name)),
+    );
     for w in d.warnings() {
         tracing::warn!(model = %c.name, "{w}");
     }
@@ -92,6 +98,29 @@ fn check_support(c: &ModelConfig, file: &Path) -> Result<(), String> {
     } else {
         Err(errors.join("; "))
     }
+}
+
+/// The files a config names, each with the setting that names it: they must stay inside the model
+/// folder whoever wrote the config (a load request's override included).
+fn file_paths(c: &ModelConfig) -> impl Iterator<Item = (String, &str)> {
+    let model_file = (!c.default_model_filename.is_empty()).then(|| {
+        (
+            "default_model_filename".to_string(),
+            c.default_model_filename.as_str(),
+        )
+    });
+    let warmup_files = c.model_warmup.iter().flat_map(|w| {
+        w.inputs
+            .iter()
+            .filter(|(_, i)| !i.input_data_file.is_empty())
+            .map(move |(n, i)| {
+                (
+                    format!("warmup '{}' input '{n}' input_data_file", w.name),
+                    i.input_data_file.as_str(),
+                )
+            })
+    });
+    model_file.into_iter().chain(warmup_files)
 }
 
 /// Whether a config needs the ONNX signature to be complete (no inputs or no outputs).
@@ -412,7 +441,7 @@ pub fn to_spec(c: &ModelConfig, defaults: &SpecDefaults) -> Result<ModelSpec, St
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
-    Ok(ModelSpec {
+    let spec = ModelSpec {
         name,
         platform,
         model_filename: c.model_filename().to_string(),
@@ -428,7 +457,9 @@ pub fn to_spec(c: &ModelConfig, defaults: &SpecDefaults) -> Result<ModelSpec, St
             .iter()
             .map(|(k, v)| (k.clone(), v.string_value.clone()))
             .collect::<BTreeMap<_, _>>(),
-    })
+    };
+    warmup::check_size(&spec).map_err(|e| format!("model '{}': {e}", spec.name))?;
+    Ok(spec)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use infergate_protocol::{
 };
 
 use crate::batcher::{Batcher, Rejected, SubmitError, SubmitOptions};
+use crate::confine;
 use crate::convert::{engine_dtype, protocol_dtype};
 use crate::instance::{InferItem, Instance, engine_error};
 use crate::manifest::{self, ManifestOutcome};
@@ -157,6 +158,7 @@ impl LoadedVersion {
                 )
             })?
             .len();
+        let model_path = confine::resolve_inside(model_dir, &model_path)?;
         tracing::info!(model = %name, version, bytes = size, "loading model version");
 
         let model = match parsed {

@@ -2,6 +2,7 @@
 //! serves them. Errors become statuses in one place ([`service::reply`]).
 
 mod health;
+mod message_limit;
 mod service;
 
 use std::future::Future;
@@ -15,6 +16,7 @@ use tokio::net::TcpListener;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::pb::health_server::HealthServer;
+use tower::util::MapResponseLayer;
 
 pub use health::HealthService;
 pub use service::Frontend;
@@ -22,7 +24,10 @@ pub use service::Frontend;
 /// Limits of the gRPC front end; each, when hit, gives the client a status that names it.
 #[derive(Debug, Clone)]
 pub struct GrpcLimits {
-    /// Largest message received or sent, bytes. Default: what tritonclient allows (2 GiB − 1).
+    /// Largest message received or sent, bytes (`--grpc-max-message-size`). Default: what Triton and
+    /// tritonclient allow (2 GiB − 1). A larger request is refused with `RESOURCE_EXHAUSTED` from its
+    /// length prefix, before its body is read; a compressed one is refused once its decompressed size
+    /// passes the limit.
     pub max_message_bytes: usize,
     /// Calls handled at once (health checks are not counted); more get `UNAVAILABLE` at once.
     pub max_concurrent_requests: usize,
@@ -71,6 +76,9 @@ where
         .max_concurrent_streams(limits.max_h2_streams)
         .http2_keepalive_interval(limits.keepalive_interval)
         .http2_max_pending_accept_reset_streams(Some(64))
+        .layer(MapResponseLayer::new(
+            message_limit::over_limit_is_resource_exhausted,
+        ))
         .add_service(inference)
         .add_service(health)
         // With a listener of our own, tonic's `tcp_nodelay` does not apply: set it on the incoming

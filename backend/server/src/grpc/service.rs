@@ -11,7 +11,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::GrpcLimits;
+use super::{GrpcLimits, message_limit};
 
 /// The gRPC inference service over an [`InferenceService`].
 pub struct Frontend<S> {
@@ -183,6 +183,9 @@ impl<S: InferenceService> pb::grpc_inference_service_server::GrpcInferenceServic
         tokio::spawn(async move {
             let mut running = FuturesUnordered::new();
             let mut reading = true;
+            // A failed client stream (a message over the size limit, a protocol error) ends the call
+            // with its status once the requests already read have answered.
+            let mut failed = None;
             loop {
                 tokio::select! {
                     next = inbound.message(), if reading && running.len() < max => match next {
@@ -190,6 +193,7 @@ impl<S: InferenceService> pb::grpc_inference_service_server::GrpcInferenceServic
                         Ok(None) => reading = false,
                         Err(status) => {
                             tracing::debug!(%status, "ModelStreamInfer: the client's stream failed");
+                            failed = Some(message_limit::rewrite(&status).unwrap_or(status));
                             reading = false;
                         }
                     },
@@ -201,6 +205,10 @@ impl<S: InferenceService> pb::grpc_inference_service_server::GrpcInferenceServic
                     },
                     else => break,
                 }
+            }
+            if let Some(status) = failed {
+                // The client may be gone already; then nobody is left to tell.
+                let _ = tx.send(Err(status)).await;
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use infergate_config::ModelConfig;
 use infergate_protocol::{LoadParameters, ModelState, RepositoryIndexEntry, ServeError};
 
+use crate::confine;
 use crate::model_config::{self, SpecDefaults};
 use crate::version::{self, LoadOptions, LoadedVersion, VersionSource};
 
@@ -271,7 +272,8 @@ impl Repository {
                     .map_or("model.onnx", |c| c.model_filename())
                     .to_string();
                 version::check_manifest(&vdir, self.opts.load.require_manifest).await?;
-                let model = Arc::new(version::parse_model(&vdir.join(&filename)).await?);
+                let path = confine::resolve_inside(&model_dir, &vdir.join(&filename))?;
+                let model = Arc::new(version::parse_model(&path).await?);
                 match &first {
                     Some((fv, sig)) if sig != model.signature() => {
                         return Err(format!(
