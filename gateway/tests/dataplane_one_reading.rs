@@ -277,23 +277,7 @@ struct InferHead {
 
 /// Sends one gRPC ModelInfer call over h2c; returns (grpc-status, grpc-message).
 async fn grpc_call(gw: &Gateway, body: Bytes) -> (String, String) {
-    let req = Request::post(format!(
-        "http://{}/inference.GRPCInferenceService/ModelInfer",
-        gw.data_addr()
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(Full::new(body))
-    .unwrap();
-    let (parts, _) = send(&h2c_client(), req).await;
-    let get = |n: &str| {
-        parts
-            .headers
-            .get(n)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .unwrap_or_default()
-    };
-    (get("grpc-status"), get("grpc-message"))
+    grpc_method_call(gw, "ModelInfer", body).await
 }
 
 #[tokio::test]

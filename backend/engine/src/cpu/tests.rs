@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::onnx::proto::*;
+use crate::onnx::test_graph::{init, node};
 use prost::Message;
 
 fn vi(name: &str, dims: &[i64]) -> ValueInfoProto {
@@ -27,32 +28,11 @@ fn vi(name: &str, dims: &[i64]) -> ValueInfoProto {
     }
 }
 
-fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.into()],
-        name: format!("{op}_{output}"),
-        op_type: op.into(),
-        attribute,
-        ..Default::default()
-    }
-}
-
 fn attr_int(name: &str, v: i64) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::INT,
         i: v,
-        ..Default::default()
-    }
-}
-
-fn init(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
-    TensorProto {
-        name: name.into(),
-        dims: dims.to_vec(),
-        data_type: 1,
-        raw_data: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
         ..Default::default()
     }
 }

@@ -4,6 +4,8 @@ pub(crate) mod attrs;
 mod load;
 pub mod proto;
 pub(crate) mod tensor;
+#[cfg(test)]
+pub(crate) mod test_graph;
 
 pub use load::load_graph;
 pub use tensor::decode_tensor;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use prost::Message;
 
 use crate::onnx::proto::*;
+use crate::onnx::test_graph::{init, node};
 use crate::{ExecutorKind, Model, Session, SessionOptions, Tensor};
 
 /// A float tensor type whose negative dims are dynamic, named by `names` in order.
@@ -39,17 +40,6 @@ fn value(name: &str, dims: &[i64], names: &[&str]) -> ValueInfoProto {
     }
 }
 
-fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.into()],
-        name: format!("{op}_{output}"),
-        op_type: op.into(),
-        attribute,
-        ..Default::default()
-    }
-}
-
 fn ints(name: &str, v: &[i64]) -> AttributeProto {
     AttributeProto {
         name: name.into(),
@@ -64,16 +54,6 @@ fn float(name: &str, v: f32) -> AttributeProto {
         name: name.into(),
         r#type: attribute_type::FLOAT,
         f: v,
-        ..Default::default()
-    }
-}
-
-fn init(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
-    TensorProto {
-        name: name.into(),
-        dims: dims.to_vec(),
-        data_type: 1,
-        raw_data: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
         ..Default::default()
     }
 }
