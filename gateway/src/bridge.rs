@@ -11,7 +11,7 @@ use http::{Request, Response, Version};
 
 use crate::headers::strip_hop_by_hop;
 use crate::proxy::Body;
-use crate::upstream::{UpstreamProtocol, UpstreamTls};
+use crate::upstream_protocol::{UpstreamProtocol, UpstreamTls};
 
 /// True when the request is gRPC (`content-type: application/grpc` or `application/grpc+proto`, …).
 pub fn is_grpc(headers: &HeaderMap) -> bool {

@@ -23,9 +23,9 @@ use tokio::time::Instant;
 use crate::bridge;
 use crate::caller::Caller;
 use crate::config_state::{Rules, RuntimeState, Snapshot};
+use crate::connection::ConnInfo;
 use crate::error::{ErrorKind, GatewayError, GrpcCode};
 use crate::headers::{self, UpgradeRequest};
-use crate::listener::ConnInfo;
 use crate::metrics::{self as m, DestinationMetrics};
 use crate::model_ref::grpc::{
     FRAME_HEADER_LEN, GrpcPeek, MODEL_STREAM_INFER_PATH, ModelFields, frame_header, peek_model_fields,

@@ -12,7 +12,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use x509_parser::extensions::GeneralName;
 
-use crate::upstream::{UpstreamProtocol, UpstreamTls};
+use crate::upstream_protocol::{UpstreamProtocol, UpstreamTls};
 
 /// A TLS setup problem; the message names the file and what to fix.
 #[derive(Debug, thiserror::Error)]

@@ -37,8 +37,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
+use crate::connection::{ConnInfo, ConnLimits};
 use crate::error::{ErrorKind, GatewayError};
-use crate::listener::{ConnInfo, ConnLimits};
 use crate::metrics as m;
 use crate::proxy::{self, Body};
 use incoming::Event;

@@ -19,8 +19,8 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::Instant;
 
 use crate::config_state::{RuntimeState, Snapshot};
+use crate::connection::ConnInfo;
 use crate::error::{ErrorKind, GatewayError};
-use crate::listener::ConnInfo;
 use crate::metrics as m;
 use crate::model_ref::grpc::{FRAME_HEADER_LEN, GrpcPeek, ModelFields, frame_header, peek_model_fields};
 use crate::proxy::{Body, BoxError};

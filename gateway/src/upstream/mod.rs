@@ -26,13 +26,14 @@ use futures::future::Either;
 use http::{Request, Response};
 use tokio::sync::{Semaphore, watch};
 
+pub use crate::upstream_protocol::{UpstreamProtocol, UpstreamTls};
 pub use ::h2::Reason as H2Reason;
 pub use body::{UpstreamBody, UpstreamBodyError};
 pub use endpoint::{EndpointSnapshot, EndpointSpec};
 pub use error::{FailureKind, UpstreamError};
 pub use h2::H2Error;
 pub use outlier::OutlierSettings;
-pub use pool::{ConnectSettings, UpstreamProtocol, UpstreamTls};
+pub use pool::ConnectSettings;
 
 use crate::bridge;
 use crate::metrics as m;
