@@ -71,11 +71,7 @@ where
                 this.armed = false;
                 metrics::counter!(m::REFUSED, "reason" => "stream_idle_timeout").increment(1);
                 tracing::debug!(what = this.what, "a body moved no bytes for stream_idle_timeout");
-                Poll::Ready(Some(Err(format!(
-                    "the {} moved no bytes for the listener's stream_idle_timeout ({:?})",
-                    this.what, this.limit
-                )
-                .into())))
+                Poll::Ready(Some(Err(stalled(this.what, this.limit).into())))
             }
         }
     }
@@ -87,6 +83,16 @@ where
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// What the client reads when its `what` (`request body`) stopped arriving: the limit that ended it, the
+/// setting that holds it, and what to do.
+pub(crate) fn stalled(what: &str, limit: Duration) -> String {
+    format!(
+        "the {what} stopped arriving: no bytes came for {limit:?}, the listener's \
+         listeners.limits.stream_idle_timeout; send the rest without a pause that long, or raise \
+         listeners.limits.stream_idle_timeout"
+    )
 }
 
 #[cfg(test)]
@@ -113,7 +119,12 @@ mod tests {
             assert!(body.frame().await.unwrap().unwrap().is_data());
         }
         let err = body.frame().await.unwrap().unwrap_err();
-        assert!(err.to_string().contains("stream_idle_timeout"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "the request body stopped arriving: no bytes came for 10s, the listener's \
+             listeners.limits.stream_idle_timeout; send the rest without a pause that long, or raise \
+             listeners.limits.stream_idle_timeout"
+        );
         assert_eq!(started.elapsed(), Duration::from_secs(50));
         feeder.abort();
     }

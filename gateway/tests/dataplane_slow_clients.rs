@@ -175,6 +175,15 @@ async fn a_request_body_that_stops_arriving_is_ended_and_frees_its_slot() {
         started.elapsed()
     );
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // The answer names the problem, the limit and the setting to change.
+    assert!(
+        answer.contains(
+            "the request body stopped arriving: no bytes came for 500ms, the listener's \
+             listeners.limits.stream_idle_timeout; send the rest without a pause that long, or raise \
+             listeners.limits.stream_idle_timeout"
+        ),
+        "{answer}"
+    );
     // The one slot is free again.
     assert_eq!(get(&gw, "/").await, 200);
     let (_, metrics) = admin_get(&gw, "/metrics").await;

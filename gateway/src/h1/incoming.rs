@@ -6,12 +6,14 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use infergate_http1::Error;
 use tokio::sync::mpsc;
 
+use crate::idle_body;
 use crate::proxy::BoxError;
 
 /// What the connection sends the body the pipeline reads.
@@ -23,6 +25,8 @@ pub enum Event {
     End,
     /// The body cannot be completed.
     Failed(Error),
+    /// The client sent nothing of the body for the listener's `stream_idle_timeout`, this long.
+    Stalled(Duration),
 }
 
 /// The sending half: the connection feeds it from the socket.
@@ -79,6 +83,10 @@ impl http_body::Body for Incoming {
                 self.ended = true;
                 Poll::Ready(Some(Err(client_error(e))))
             }
+            Poll::Ready(Some(Event::Stalled(limit))) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(idle_body::stalled("request body", limit).into())))
+            }
             Poll::Ready(None) => {
                 self.ended = true;
                 Poll::Ready(Some(Err(client_error(Error::Truncated))))
@@ -98,14 +106,10 @@ impl http_body::Body for Incoming {
     }
 }
 
-/// The body's error as the pipeline reports it to the client: naming the client's side and, for a stall,
-/// the limit that ended it.
+/// The body's error as the pipeline reports it to the client, naming the client's side.
 fn client_error(e: Error) -> BoxError {
     match e {
         Error::Truncated => "the client closed the connection before the request body ended".into(),
-        Error::Stalled => {
-            "the rest of the request body did not arrive within the listener's stream_idle_timeout".into()
-        }
         e => e.into(),
     }
 }

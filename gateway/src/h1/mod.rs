@@ -532,7 +532,7 @@ async fn feed_once<I: AsyncRead + Unpin>(
                     Err(_) => {
                         metrics::counter!(m::REFUSED, "reason" => "stream_idle_timeout").increment(1);
                         tracing::debug!("the request body moved no bytes for stream_idle_timeout");
-                        permit.send(Event::Failed(WireError::Stalled));
+                        permit.send(Event::Stalled(limits.stream_idle_timeout));
                         return Feed::Failed;
                     }
                 }

@@ -112,16 +112,24 @@ impl HttpBody for UpstreamBody {
 }
 
 /// A request body that remembers why it failed, so a send error caused by the caller's body (too large,
-/// caller gone) is classified as the caller's fault even when the HTTP/2 layer reports only a reset.
+/// caller gone, stalled) is classified as the caller's fault even when the HTTP/2 layer reports only a
+/// reset, and the caller is told what went wrong with its body.
 pub(crate) struct WatchedBody {
     inner: crate::proxy::Body,
-    failure: Arc<std::sync::OnceLock<super::FailureKind>>,
+    failure: Arc<std::sync::OnceLock<BodyFailure>>,
+}
+
+/// Why a caller's request body failed.
+#[derive(Debug)]
+pub(crate) struct BodyFailure {
+    /// The failure's kind (a caller fault).
+    pub(crate) kind: super::FailureKind,
+    /// The body's own error, in words for the caller.
+    pub(crate) cause: String,
 }
 
 impl WatchedBody {
-    pub(crate) fn new(
-        inner: crate::proxy::Body,
-    ) -> (WatchedBody, Arc<std::sync::OnceLock<super::FailureKind>>) {
+    pub(crate) fn new(inner: crate::proxy::Body) -> (WatchedBody, Arc<std::sync::OnceLock<BodyFailure>>) {
         let failure = Arc::new(std::sync::OnceLock::new());
         (
             WatchedBody {
@@ -148,7 +156,10 @@ impl HttpBody for WatchedBody {
             } else {
                 super::FailureKind::RequestBody
             };
-            let _ = self.failure.set(kind);
+            let _ = self.failure.set(BodyFailure {
+                kind,
+                cause: e.to_string(),
+            });
         }
         polled
     }

@@ -98,12 +98,13 @@ impl UpstreamError {
         self
     }
 
-    /// The same error with another kind and a detail to match (the caller's body failed, not the upstream).
-    pub(crate) fn reclassify(mut self, kind: FailureKind) -> Self {
+    /// The same error with another kind and a detail to match: the caller's body failed, not the upstream, and
+    /// `cause` (the body's own error) says how.
+    pub(crate) fn reclassify(mut self, kind: FailureKind, cause: &str) -> Self {
         self.kind = kind;
         self.detail = match kind {
             FailureKind::RequestBodyTooLarge => "the request body is larger than the gateway allows".into(),
-            FailureKind::RequestBody => "reading the request body from the caller failed".into(),
+            FailureKind::RequestBody => format!("reading the request body from the caller failed: {cause}"),
             _ => self.detail,
         };
         self.source = None;
@@ -128,6 +129,10 @@ impl UpstreamError {
 
 impl fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The caller's own fault is told without the upstream: it has nothing to do with it.
+        if self.kind.is_caller_fault() {
+            return f.write_str(&self.detail);
+        }
         write!(f, "upstream '{}'", self.upstream)?;
         if let Some(ep) = &self.endpoint {
             write!(f, " (endpoint {ep})")?;

@@ -199,7 +199,7 @@ impl Upstream {
         // A combinator, not an `async` block: see `Pool::send`.
         sending.map(move |result| {
             let result = result.map_err(|e| match body_failure.as_ref().and_then(|f| f.get()) {
-                Some(kind) => e.reclassify(*kind),
+                Some(failure) => e.reclassify(failure.kind, &failure.cause),
                 None => e,
             });
             match result {
