@@ -18,9 +18,11 @@ pub struct ConnLimits {
     pub header_read_timeout: Duration,
     /// A connection without requests in flight for this long is closed gracefully.
     pub idle_timeout: Duration,
-    /// A connection whose writes make no progress this long is closed (the client does not read).
+    /// A connection whose writes make no progress this long is closed (the client does not read); over
+    /// HTTP/2, so is a stream whose client takes none of its answer this long.
     pub write_timeout: Duration,
-    /// An HTTP/1.1 request body or response body that moves no bytes this long ends the exchange.
+    /// A request body that moves no bytes this long ends the exchange, and so does an answer whose upstream
+    /// sends nothing this long (HTTP/1.1: the connection closes; HTTP/2: the stream is reset).
     pub stream_idle_timeout: Duration,
     /// Client connections open at once; more are refused.
     pub max_connections: usize,

@@ -4,6 +4,7 @@
 //! `quota`, `retry`, …) are separate modules; `docs/gateway.md` is the operations guide.
 
 pub mod admin;
+mod answer_deadline;
 pub mod bridge;
 pub mod caller;
 pub mod canary;

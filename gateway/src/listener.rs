@@ -1,8 +1,8 @@
 //! The data listener: accepts TCP (optionally TLS) connections and serves HTTP/1.1 and HTTP/2 (h2c by prior
 //! knowledge in clear text, h2 by ALPN over TLS) on one port, with the connection limits that keep a sidecar
 //! alive under hostile clients: a cap on open connections, header size and count, header read timeout
-//! (slowloris), idle timeout, write timeout (a client that does not read), HTTP/2 stream limits, rapid-reset
-//! and CONTINUATION-flood guards.
+//! (slowloris), idle timeout, write timeout (a client that does not read), HTTP/2 stream limits and answer
+//! deadlines (`answer_deadline.rs`), rapid-reset and CONTINUATION-flood guards.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,12 +16,13 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::answer_deadline::{self, AnswerLimits, StreamExecutor};
 use crate::h1;
 use crate::idle_body::IdleBody;
 use crate::metrics as m;
@@ -205,9 +206,13 @@ impl Drop for InFlight {
 }
 
 /// Builds hyper's HTTP/2 connection builder with the limits applied (and hyper's timer set: without it the
-/// keep-alive pings do nothing). HTTP/1.1 is served by [`h1`].
-fn h2_builder(limits: &ConnLimits) -> http2::Builder<TokioExecutor> {
-    let mut b = http2::Builder::new(TokioExecutor::new());
+/// keep-alive pings do nothing). Each stream runs under the answer deadline (`answer_deadline.rs`). HTTP/1.1
+/// is served by [`h1`].
+fn h2_builder(limits: &ConnLimits) -> http2::Builder<StreamExecutor> {
+    let mut b = http2::Builder::new(StreamExecutor::new(AnswerLimits {
+        upstream_idle: limits.stream_idle_timeout,
+        client_write: limits.write_timeout,
+    }));
     b.timer(TokioTimer::new())
         .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_pending_accept_reset_streams(limits.h2_max_pending_accept_reset_streams)
@@ -275,7 +280,7 @@ pub async fn serve<H, F>(
 }
 
 struct ConnSetup {
-    builder: Arc<http2::Builder<TokioExecutor>>,
+    builder: Arc<http2::Builder<StreamExecutor>>,
     limits: Arc<ConnLimits>,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     local: SocketAddr,
@@ -383,7 +388,7 @@ impl ConnSetup {
                 async move {
                     let resp = fut.await;
                     drop(in_flight);
-                    Ok::<_, Infallible>(resp)
+                    Ok::<_, Infallible>(answer_deadline::watched(resp))
                 }
             })
         };
