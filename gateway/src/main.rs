@@ -121,7 +121,7 @@ fn check(file: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let compiled = rt.block_on(async { config_state::load(&text, file, None, 1).map(|_| ()) });
+    let compiled = rt.block_on(async { config_state::load(&text, file, None, Some(1)).map(|_| ()) });
     match compiled {
         Ok(()) => {
             println!(

@@ -82,9 +82,11 @@ impl Gateway {
     /// reload would, binds the listeners and starts serving.
     pub async fn start(text: &str, file: &Path, overrides: Overrides) -> Result<Arc<Gateway>, StartError> {
         let prometheus = m::install().map_err(StartError::Metrics)?;
-        // Listeners are restart-only: they come from the config as it was at start-up.
-        let (config, _) = infergate_config::load_gateway_config(text, file).map_err(StartError::Config)?;
-        let l = &config.listeners;
+        // The text is parsed once, by the loader; the listeners (restart-only) are read from what it made.
+        let state =
+            RuntimeState::start(file, text, overrides.workers, count_outcome).map_err(StartError::Config)?;
+        let first = state.snapshot();
+        let l = &first.config.listeners;
         let limits = ConnLimits::from(&l.limits);
         let tls = match &l.data.tls {
             Some(t) => Some(tls::server_config(&ServerTlsFiles {
@@ -96,8 +98,6 @@ impl Gateway {
             None => None,
         };
         let worker_count = worker::count(overrides.workers.or(l.worker_threads));
-        let state =
-            RuntimeState::start(file, text, worker_count, count_outcome).map_err(StartError::Config)?;
         state.spawn_maintenance();
         let data_addr = overrides.data.unwrap_or(l.data.address);
         let admin_addr = overrides.admin.unwrap_or(l.admin.address);
@@ -159,7 +159,7 @@ impl Gateway {
             admin_shutdown,
             tracker,
             workers,
-            drain_timeout: config.listeners.drain_timeout,
+            drain_timeout: l.drain_timeout,
             tasks: std::sync::Mutex::new(vec![admin_task, upkeep_task]),
         }))
     }

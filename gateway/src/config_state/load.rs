@@ -15,17 +15,18 @@ use super::upstream_settings::upstream_settings;
 use crate::route::CompiledRoutes;
 use crate::upstream::Upstream;
 
-/// The loader [`infergate_config::Live`] runs for a gateway of `workers` data workers.
-pub fn loader(workers: usize) -> Loader<Rules> {
+/// The loader [`infergate_config::Live`] runs; `workers` overrides the config's `listeners.worker_threads`.
+pub fn loader(workers: Option<usize>) -> Loader<Rules> {
     Arc::new(move |text: &str, file: &Path, running: Option<&Rules>| load(text, file, running, workers))
 }
 
-/// Parses, validates and compiles `text` (read from `file`) into the next version after `running`.
+/// Parses, validates and compiles `text` (read from `file`) into the next version after `running`, for as
+/// many data workers as `workers` (or else the listeners as they run) say.
 pub fn load(
     text: &str,
     file: &Path,
     running: Option<&Rules>,
-    workers: usize,
+    workers: Option<usize>,
 ) -> Result<Loaded<Rules>, Diagnostics> {
     let (parsed, warnings) = load_gateway_config(text, file)?;
     let mut warnings = warnings.0;
@@ -37,6 +38,8 @@ pub fn load(
         }
         None => parsed,
     };
+    // The listeners are the running ones on a reload, so the count never changes while the gateway runs.
+    let workers = crate::worker::count(workers.or(config.listeners.worker_threads));
     let value = compile(config, running, workers)
         .map_err(|e| whole_file(file, format!("the rules cannot be compiled: {e}")))?;
     Ok(Loaded { value, warnings })

@@ -41,12 +41,12 @@ pub struct RuntimeState {
 }
 
 impl RuntimeState {
-    /// Loads `text` (as read from `file`, which reloads re-read) for a gateway running `workers` data workers.
-    /// `observer` sees every later reload attempt, after the swap.
+    /// Loads `text` (as read from `file`, which reloads re-read); `workers` overrides the config's data worker
+    /// count. `observer` sees every later reload attempt, after the swap.
     pub fn start(
         file: &std::path::Path,
         text: &str,
-        workers: usize,
+        workers: Option<usize>,
         observer: impl Fn(&ReloadOutcome, &Running<Rules>) + Send + Sync + 'static,
     ) -> Result<Arc<RuntimeState>, infergate_config::Diagnostics> {
         let quotas = Arc::new(QuotaStore::default());
