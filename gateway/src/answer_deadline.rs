@@ -184,7 +184,7 @@ async fn under_deadline<F: Future<Output = ()>>(stream: F, limits: AnswerLimits)
     let progress = Arc::new(AnswerProgress::new());
     let stream = ANSWER.scope(Arc::clone(&progress), stream);
     tokio::pin!(stream);
-    // One timer per stream, moved only when it fires: a moving answer never touches the timer wheel.
+    // One timer per stream, moved only when it fires: the pieces of a moving answer never touch the timer wheel.
     let timer = tokio::time::sleep(limits.recheck());
     tokio::pin!(timer);
     loop {
