@@ -249,6 +249,19 @@ async fn every_message_of_a_pinned_stream_gets_the_pinned_version_and_cannot_lea
     // Another model on the pinned stream would escape the pin's route.
     let refused = call.send(infer("other", "1")).await.unwrap_err();
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("names model 'other', which route 'all' governs")
+            && refused
+                .message()
+                .contains("bound to route 'simple-v2' by its first message")
+            && refused
+                .message()
+                .contains("send other models on a stream of their own"),
+        "the message names the model, both routes and the fix: {}",
+        refused.message()
+    );
     assert_eq!(
         names(&seen),
         vec![pair("simple", "2"), pair("simple", "2")],
