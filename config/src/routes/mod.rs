@@ -129,10 +129,11 @@ pub struct ConnectionLimits {
     #[serde(with = "units::duration")]
     pub idle_timeout: Duration,
     /// Close a connection whose response write has made no progress this long (the client does not read);
-    /// its upstream stream and concurrency slot are freed.
+    /// its upstream stream and concurrency slot are freed. On HTTP/2 the stalled stream alone is reset (CANCEL).
     #[serde(with = "units::duration")]
     pub write_timeout: Duration,
-    /// End a request whose body, or whose response body, has moved no bytes this long.
+    /// End a request whose body, or whose response body, has moved no bytes this long; on HTTP/2 an answer
+    /// whose upstream stops sending is reset (CANCEL) and its upstream slot freed.
     #[serde(with = "units::duration")]
     pub stream_idle_timeout: Duration,
     /// Client connections open at once on the data listener; more are refused and closed at once.
