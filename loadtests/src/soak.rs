@@ -253,7 +253,7 @@ async fn drive(pod: &Pod, opts: &SoakOptions, routes: &Path, routes_b: &Path) ->
             let mut next = start + every;
             while next < end {
                 tokio::time::sleep_until(next).await;
-                let file = if n % 2 == 0 { &b } else { &a };
+                let file = if n.is_multiple_of(2) { &b } else { &a };
                 if let Err(e) = writer.write(file) {
                     tracing::warn!(error = %e, "soak: routes edit failed");
                 }

@@ -59,8 +59,8 @@ mod tests {
         assert!((s - 2.0).abs() < 1e-9, "{s}");
         assert!(!judge("rss", &leak, 1.0, 1.0).pass);
         // Sawtooth (a cache that fills and is trimmed) around a flat level.
-        let flat: Vec<(f64, f64)> = (0..30)
-            .map(|m| (m as f64, 100.0 + if m % 2 == 0 { 3.0 } else { -3.0 }))
+        let flat: Vec<(f64, f64)> = (0..30u32)
+            .map(|m| (f64::from(m), 100.0 + if m.is_multiple_of(2) { 3.0 } else { -3.0 }))
             .collect();
         assert!(judge("rss", &flat, 1.0, 1.0).pass);
         // A warm-up climb is left out of the fit.

@@ -739,6 +739,45 @@ phases:
     }
 
     #[test]
+    fn drill_actions_and_proxies_are_checked_before_anything_starts() {
+        let text = r#"
+description: x
+pod: { backends: 2, proxies: [{ name: slow, in_front_of: 1 }] }
+phases:
+  - name: p
+    target: backend
+    protocol: http1
+    model: m
+    duration: 1s
+    smoke: { duration: 1s }
+    callers: [{ name: c }]
+    actions:
+      - { name: both, at: 10%, kill_backend: 0, terminate_pod: true }
+      - { name: far, at: 20%, restart_backend: 2 }
+      - { every: 1s, kill_backend: 1 }
+      - { at: 30%, kill_backend: 1, models: elsewhere }
+    invariants:
+      - { kind: no_errors_after, after_action: nothing, settle: 1s }
+      - { kind: p99_within, baseline_phase: p, max_ratio: 1.1 }
+"#;
+        let case: Case = serde_saphyr::from_str(text).unwrap();
+        let all = case.validate(Path::new("/nonexistent")).unwrap_err().join("\n");
+        for needle in [
+            "exactly one of `routes`, `kill_backend`",
+            "backend 2 does not exist: the pod has 2",
+            "only routes edits repeat",
+            "`models` goes with `restart_backend`",
+            "'nothing'",
+            "not an earlier phase",
+            "sets both `in_front_of` and `delay`",
+        ] {
+            assert!(all.contains(needle), "missing {needle}: {all}");
+        }
+        let kill = &case.phases[0].actions[2];
+        assert_eq!(kill.kind(0), Some(ActionKind::KillBackend(1)));
+    }
+
+    #[test]
     fn unknown_fields_are_refused() {
         let text = "description: x\npod: {}\nphases: []\nextra: 1\n";
         assert!(serde_saphyr::from_str::<Case>(text).is_err());
