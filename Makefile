@@ -18,7 +18,7 @@ export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
 export INFERGATE_ZOO_CACHE := $(CACHE)/zoo
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run stop image test deps venv zoo build build-release build-bench lint test-rust test-python test-load bench clean supply-chain fuzz-smoke fuzz
+.PHONY: help run stop image test deps venv zoo build build-release build-bench lint test-rust test-python test-load soak bench clean supply-chain fuzz-smoke fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -82,6 +82,13 @@ test-load: build ## every scenario of loadtests/cases/ in seconds: invariants on
 	@echo "==> infergate-load run loadtests/cases --smoke"
 	"$(TARGET_DIR)/debug/infergate-load" run loadtests/cases --smoke --quiet \
 	  --bin-dir "$(TARGET_DIR)/debug" --out "$(TARGET_DIR)/loadtests-smoke"
+
+# Minutes of mixed traffic `make soak` runs (REST, gRPC, two models, a canary edit every minute).
+SOAK_MINUTES ?= 30
+
+soak: build ## SOAK_MINUTES (30) of mixed traffic through the pod; table, JSON and plots; fails on a growth trend
+	"$(TARGET_DIR)/debug/infergate-load" soak --minutes "$(SOAK_MINUTES)" \
+	  --bin-dir "$(TARGET_DIR)/debug" --out "$(TARGET_DIR)/soak"
 
 build-bench: ## the binaries figures are taken with (profile release-lto: fat LTO, as the images)
 	$(CARGO) build --workspace --profile release-lto --bins

@@ -5,13 +5,18 @@
 
 pub mod case;
 pub mod client;
+pub mod fault_proxy;
 pub mod load;
 pub mod payload;
 pub mod plot;
 pub mod pod;
+pub mod proc_stats;
+pub mod prom;
 pub mod record;
 pub mod report;
+pub mod soak;
 pub mod target;
+pub mod trend;
 
 pub use client::{Client, Protocol};
 pub use load::{CallerSpec, LoadPlan, Pace};

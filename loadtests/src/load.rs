@@ -90,6 +90,8 @@ struct Shared {
     done: AtomicU64,
     failed: AtomicU64,
     stop: AtomicBool,
+    /// Requests sent and not yet answered, warm-up included (read by drills at the moment of a fault).
+    in_flight: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -110,8 +112,17 @@ impl Shared {
         }
     }
 
-    fn record(&self, rec: &Mutex<Recorder>, sent: Instant, outcome: &Outcome) {
-        if sent < self.measure_start {
+    async fn infer(&self, i: u64, id: &HeaderValue) -> Outcome {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.client.infer(&self.payload, i, id).await;
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        outcome
+    }
+
+    /// Records a request whose latency runs from `from` (its send, or in open loop its intended send) and
+    /// that actually left at `sent`.
+    fn record(&self, rec: &Mutex<Recorder>, from: Instant, sent: Instant, outcome: &Outcome) {
+        if from < self.measure_start {
             return;
         }
         let now = Instant::now();
@@ -120,7 +131,12 @@ impl Shared {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
         if let Ok(mut r) = rec.lock() {
-            r.record(now - self.measure_start, now - sent, outcome);
+            r.record_sent(
+                now - self.measure_start,
+                now - from,
+                sent.saturating_duration_since(self.measure_start),
+                outcome,
+            );
         }
     }
 }
@@ -134,6 +150,19 @@ pub async fn run(
     start: Instant,
     progress: bool,
 ) -> RunResult {
+    run_observed(client, payload, plan, start, progress, Arc::default()).await
+}
+
+/// [`run`], keeping the number of requests in flight in `in_flight` as it goes, so that a fault injected
+/// during the run can be judged against the requests it could have hit.
+pub async fn run_observed(
+    client: Client,
+    payload: Payload,
+    plan: &LoadPlan,
+    start: Instant,
+    progress: bool,
+    in_flight: Arc<AtomicU64>,
+) -> RunResult {
     let measure_start = start + plan.warmup;
     let shared = Arc::new(Shared {
         client,
@@ -145,6 +174,7 @@ pub async fn run(
         done: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         stop: AtomicBool::new(false),
+        in_flight,
     });
     let bar = progress_bar(plan, progress && std::io::stderr().is_terminal());
     let mut recorders = BTreeMap::new();
@@ -168,8 +198,8 @@ pub async fn run(
                             if !shared.admit(sent) {
                                 break;
                             }
-                            let outcome = shared.client.infer(&shared.payload, i, &id).await;
-                            shared.record(&rec, sent, &outcome);
+                            let outcome = shared.infer(i, &id).await;
+                            shared.record(&rec, sent, sent, &outcome);
                             i += 1;
                         }
                     });
@@ -195,8 +225,9 @@ pub async fn run(
                         };
                         let (shared, rec, id) = (shared.clone(), rec.clone(), id.clone());
                         inflight.spawn(async move {
-                            let outcome = shared.client.infer(&shared.payload, u64::from(n), &id).await;
-                            shared.record(&rec, intended, &outcome);
+                            let sent = Instant::now();
+                            let outcome = shared.infer(u64::from(n), &id).await;
+                            shared.record(&rec, intended, sent, &outcome);
                             drop(permit);
                         });
                         while inflight.try_join_next().is_some() {}

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use infergate_loadtests::case::{self, RunOptions, spec::parse_duration};
 use infergate_loadtests::load::{self, CallerSpec, LoadPlan, Pace};
 use infergate_loadtests::report::Report;
+use infergate_loadtests::soak::{self, Limits, SoakOptions};
 use infergate_loadtests::{Client, Payload, PayloadKind, Protocol, Target, plot, pod};
 
 /// Load generator and scenario runner for infergate (and any KServe V2 server).
@@ -27,6 +28,48 @@ enum Command {
     Bench(Box<BenchArgs>),
     /// Run scenarios (folders with a case.yaml, or folders of them) and check their invariants.
     Run(RunArgs),
+    /// Mixed traffic through the pod for a long time; fails when memory, descriptors or threads grow.
+    Soak(SoakArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SoakArgs {
+    /// How long, in minutes.
+    #[arg(long, env = "SOAK_MINUTES", default_value_t = 30.0)]
+    minutes: f64,
+    /// Folder with infergate-gateway and infergate-backend (else INFERGATE_BIN_DIR).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// The model repository (with `simple` and `heavy_mlp`).
+    #[arg(long, default_value = "deploy/local/models")]
+    models: PathBuf,
+    /// The folder with the two canary splits edited in turn (routes.yaml, routes-b.yaml).
+    #[arg(long, default_value = "loadtests/soak")]
+    routes_dir: PathBuf,
+    /// Where the table (soak.txt), JSON and plots go.
+    #[arg(long, default_value = "target/soak")]
+    out: PathBuf,
+    /// How often resources are read.
+    #[arg(long, default_value = "10s")]
+    sample_every: String,
+    /// How often the canary split is edited.
+    #[arg(long, default_value = "1m")]
+    edit_every: String,
+    /// Left out of the trend fit (pools and caches fill).
+    #[arg(long, default_value = "1m")]
+    warmup: String,
+    /// Largest resident-memory growth per process, MiB per minute.
+    #[arg(long, default_value_t = 1.0)]
+    max_rss_mib_per_min: f64,
+    /// Largest growth in open file descriptors per process, per minute.
+    #[arg(long, default_value_t = 0.5)]
+    max_fds_per_min: f64,
+    /// Largest growth in threads per process, per minute.
+    #[arg(long, default_value_t = 0.5)]
+    max_threads_per_min: f64,
+    /// Largest share of failed requests.
+    #[arg(long, default_value_t = 0.001)]
+    max_error_share: f64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,6 +167,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Bench(args) => bench(*args).await,
             Command::Run(args) => run(args).await,
+            Command::Soak(args) => soak(args).await,
         }
     });
     match result {
@@ -333,4 +377,56 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
     }
     println!("outputs in {}", args.out.display());
     Ok(all_passed)
+}
+
+async fn soak(args: SoakArgs) -> anyhow::Result<bool> {
+    let bin_dir = pod::bin_dir(args.bin_dir.as_deref()).context(
+        "where are infergate-gateway and infergate-backend? pass --bin-dir (e.g. target/debug) or set INFERGATE_BIN_DIR",
+    )?;
+    if !(args.minutes.is_finite() && args.minutes > 0.0) {
+        bail!(
+            "--minutes (SOAK_MINUTES) must be a number above 0, not {}",
+            args.minutes
+        );
+    }
+    let opts = SoakOptions {
+        bin_dir,
+        models: args.models,
+        routes_dir: args.routes_dir,
+        out_dir: args.out.clone(),
+        duration: Duration::from_secs_f64(args.minutes * 60.0),
+        sample_every: duration("sample-every", &args.sample_every)?,
+        edit_every: duration("edit-every", &args.edit_every)?,
+        warmup: duration("warmup", &args.warmup)?,
+        limits: Limits {
+            rss_mib: args.max_rss_mib_per_min,
+            fds: args.max_fds_per_min,
+            threads: args.max_threads_per_min,
+        },
+        max_error_share: args.max_error_share,
+    };
+    println!(
+        "==> soak: {} minutes of mixed traffic; a line per minute, the table at the end",
+        args.minutes
+    );
+    let result = soak::run(&opts).await?;
+    print!("{}", result.table());
+    let failed: u64 = result.errors.values().sum();
+    println!(
+        "  {}  {} requests, {failed} failed {:?} (limit {} of them), {} routes edits",
+        if failed as f64 <= opts.max_error_share * result.requests as f64 {
+            "ok  "
+        } else {
+            "FAIL"
+        },
+        result.requests,
+        result.errors,
+        opts.max_error_share,
+        result.edits
+    );
+    println!(
+        "table, JSON and plots (soak.txt, soak.json, soak-{{rss,fds,threads,latency}}.svg) in {}",
+        args.out.display()
+    );
+    Ok(result.passed())
 }

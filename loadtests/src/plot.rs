@@ -46,7 +46,15 @@ pub fn draw(
         ("p90", s.timeline.iter().map(|p| (p.t_s, p.p90_ms)).collect()),
         ("p99", s.timeline.iter().map(|p| (p.t_s, p.p99_ms)).collect()),
     ];
-    lines(&lat, &format!("{title}: latency"), "ms", t_max, &series, &[])?;
+    lines(
+        &lat,
+        &format!("{title}: latency"),
+        "ms",
+        t_max,
+        &series,
+        &[],
+        "seconds",
+    )?;
     written.push(lat.display().to_string());
     let thr = dir.join(format!("{stem}-throughput.svg"));
     let series = [(
@@ -63,6 +71,7 @@ pub fn draw(
         t_max,
         &series,
         &[],
+        "seconds",
     )?;
     written.push(thr.display().to_string());
     let named: Vec<&String> = s.versions.keys().filter(|v| v.as_str() != "-").collect();
@@ -101,19 +110,21 @@ pub fn draw(
             t_max,
             &series,
             &marks,
+            "seconds",
         )?;
         written.push(ver.display().to_string());
     }
     Ok(written)
 }
 
-fn lines(
+pub(crate) fn lines(
     path: &Path,
     title: &str,
     y_label: &str,
     t_max: f64,
     series: &[(&str, Vec<(f64, f64)>)],
     marks: &[(String, f64)],
+    x_label: &str,
 ) -> Result<(), PlotError> {
     let fail = |e: &dyn std::fmt::Display| PlotError {
         path: path.display().to_string(),
@@ -137,7 +148,7 @@ fn lines(
         .map_err(|e| fail(&e))?;
     chart
         .configure_mesh()
-        .x_desc("seconds")
+        .x_desc(x_label)
         .y_desc(y_label)
         .draw()
         .map_err(|e| fail(&e))?;

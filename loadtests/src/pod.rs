@@ -1,10 +1,12 @@
-//! Starts the processes a scenario needs — the backend on a model repository, the gateway on a routes file
-//! rendered with the ports chosen — on loopback ports the kernel picks, waits until both are ready, and stops
-//! them when dropped. Binaries come from `--bin-dir` or `INFERGATE_BIN_DIR` (the debug or release folder).
+//! Starts the processes a scenario needs — one or more backends on a model repository, the gateway on a
+//! routes file rendered with the ports chosen, fault proxies playing sick upstreams — on loopback ports the
+//! kernel picks, waits until they are ready, and stops them when dropped. [`PodControl`] kills, restarts and
+//! terminates them while load runs (the fault drills). Binaries come from `--bin-dir` or `INFERGATE_BIN_DIR` (the debug or release folder).
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,8 +16,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use thiserror::Error;
 use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::fault_proxy::{Fault, FaultProxy};
 use crate::target::Target;
 
 /// Why the pod could not start.
@@ -49,35 +53,77 @@ pub enum PodError {
         /// The log's end.
         tail: String,
     },
+    /// The case asks for something the pod does not have.
+    #[error("{0}")]
+    Spec(String),
+}
+
+/// The loopback ports of one backend process.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendPorts {
+    /// REST (also h2c).
+    pub http: u16,
+    /// gRPC.
+    pub grpc: u16,
+    /// Metrics.
+    pub metrics: u16,
 }
 
 /// The loopback ports of a running pod.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Ports {
-    /// Backend REST (also h2c).
-    pub backend_http: u16,
-    /// Backend gRPC.
-    pub backend_grpc: u16,
-    /// Backend metrics.
-    pub backend_metrics: u16,
+    /// One per backend process, in order.
+    pub backends: Vec<BackendPorts>,
     /// Gateway data.
     pub gateway: u16,
     /// Gateway admin.
     pub admin: u16,
+    /// The fault proxies, by name.
+    pub proxies: Vec<(String, u16)>,
+}
+
+/// A fault proxy of the pod (`{{proxy_NAME}}` in routes templates).
+#[derive(Debug, Clone)]
+pub struct ProxySpec {
+    /// Its name in templates.
+    pub name: String,
+    /// Slow in front of this backend's REST port with this delay; hung when `None`.
+    pub slow: Option<(usize, Duration)>,
 }
 
 /// What to start.
 #[derive(Debug, Clone, Default)]
 pub struct PodSpec {
-    /// The backend's model repository.
+    /// The backends' model repository.
     pub models: Option<PathBuf>,
     /// Extra backend flags.
     pub backend_args: Vec<String>,
-    /// The gateway's routes template (`{{gateway}}`, `{{admin}}`, `{{backend_http}}`, `{{backend_grpc}}` are
-    /// replaced by `127.0.0.1:PORT`); no gateway when `None`.
+    /// How many backend processes (each on its own ports, the same repository); at least one with `models`.
+    pub backends: usize,
+    /// The gateway's routes template (see [`render`]); no gateway when `None`.
     pub routes: Option<PathBuf>,
     /// Gateway data workers.
     pub gateway_workers: Option<u16>,
+    /// Sick upstreams to put beside the backends.
+    pub proxies: Vec<ProxySpec>,
+}
+
+/// Which process of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Process {
+    /// The gateway.
+    Gateway,
+    /// Backend number `n` (from 0).
+    Backend(usize),
+}
+
+impl std::fmt::Display for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Process::Gateway => f.write_str("gateway"),
+            Process::Backend(n) => write!(f, "backend {n}"),
+        }
+    }
 }
 
 /// A running pod; its processes stop when it is dropped.
@@ -85,7 +131,26 @@ pub struct Pod {
     /// Its ports.
     pub ports: Ports,
     routes_file: PathBuf,
-    children: Vec<Child>,
+    control: PodControl,
+    _proxies: Vec<FaultProxy>,
+}
+
+/// Starts, stops and signals the pod's processes, from any task (the drills' actions run beside the load).
+#[derive(Clone)]
+pub struct PodControl {
+    inner: Arc<Mutex<Procs>>,
+    ports: Ports,
+    bins: PathBuf,
+    work: PathBuf,
+    backend_args: Vec<String>,
+}
+
+struct Procs {
+    /// Per backend: the running process (`None` once killed or stopped) and the repository it serves.
+    backends: Vec<(Option<Child>, PathBuf)>,
+    gateway: Option<Child>,
+    /// How each process ended when the pod was terminated (`None`: killed by a signal or never ended).
+    exits: Vec<(Process, Option<i32>)>,
 }
 
 /// The folder holding `infergate-gateway` and `infergate-backend`: the flag, else `INFERGATE_BIN_DIR`.
@@ -105,53 +170,98 @@ fn free_port() -> Result<u16, PodError> {
     })
 }
 
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> PodError + use<> {
+    let path = path.to_owned();
+    move |source| PodError::Io { path, source }
+}
+
+/// A log file opened for appending (a restarted process writes after its predecessor), as stdout and stderr.
+fn log_files(log: &Path) -> Result<(Stdio, Stdio), PodError> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io_error(log))?;
+    let err = out.try_clone().map_err(io_error(log))?;
+    Ok((out.into(), err.into()))
+}
+
 impl Pod {
     /// Starts what `spec` names, logging into `work`.
     pub async fn start(spec: &PodSpec, bins: &Path, work: &Path) -> Result<Self, PodError> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| PodError::Io { path, source }
-        };
-        std::fs::create_dir_all(work).map_err(io(work))?;
+        std::fs::create_dir_all(work).map_err(io_error(work))?;
         // Ports are picked by binding port 0 and closing it: the window for another process to take one is
         // the few milliseconds until our process binds it.
-        let ports = Ports {
-            backend_http: free_port()?,
-            backend_grpc: free_port()?,
-            backend_metrics: free_port()?,
+        let backends = if spec.models.is_some() {
+            spec.backends.max(1)
+        } else {
+            0
+        };
+        let mut ports = Ports {
+            backends: (0..backends)
+                .map(|_| {
+                    Ok(BackendPorts {
+                        http: free_port()?,
+                        grpc: free_port()?,
+                        metrics: free_port()?,
+                    })
+                })
+                .collect::<Result<_, PodError>>()?,
             gateway: free_port()?,
             admin: free_port()?,
+            proxies: Vec::new(),
         };
-        let mut pod = Pod {
-            ports,
+        let mut proxies = Vec::new();
+        for p in &spec.proxies {
+            let fault = match p.slow {
+                Some((n, delay)) => {
+                    let Some(b) = ports.backends.get(n) else {
+                        return Err(PodError::Spec(format!(
+                            "proxy '{}' is in front of backend {n}, but the pod has {} backend(s)",
+                            p.name,
+                            ports.backends.len()
+                        )));
+                    };
+                    Fault::Slow {
+                        upstream: SocketAddr::from(([127, 0, 0, 1], b.http)),
+                        delay,
+                    }
+                }
+                None => Fault::Hung,
+            };
+            let proxy = FaultProxy::start(fault)
+                .await
+                .map_err(io_error(Path::new("127.0.0.1:0")))?;
+            ports.proxies.push((p.name.clone(), proxy.addr.port()));
+            proxies.push(proxy);
+        }
+        let control = PodControl {
+            inner: Arc::new(Mutex::new(Procs {
+                backends: Vec::new(),
+                gateway: None,
+                exits: Vec::new(),
+            })),
+            ports: ports.clone(),
+            bins: bins.to_owned(),
+            work: work.to_owned(),
+            backend_args: spec.backend_args.clone(),
+        };
+        let pod = Pod {
             routes_file: work.join("routes.yaml"),
-            children: Vec::new(),
+            ports,
+            control,
+            _proxies: proxies,
         };
         if let Some(models) = &spec.models {
-            let exe = bins.join("infergate-backend");
-            if !exe.is_file() {
-                return Err(PodError::Missing(exe));
+            for n in 0..backends {
+                pod.control
+                    .inner
+                    .lock()
+                    .await
+                    .backends
+                    .push((None, models.clone()));
+                pod.control.start_backend(n).await?;
             }
-            let log = work.join("backend.log");
-            let out = std::fs::File::create(&log).map_err(io(log.as_path()))?;
-            let err = out.try_clone().map_err(io(log.as_path()))?;
-            let child = Command::new(&exe)
-                .arg("--model-repository")
-                .arg(models)
-                .args(["--http-port", &ports.backend_http.to_string()])
-                .args(["--grpc-port", &ports.backend_grpc.to_string()])
-                .args(["--metrics-port", &ports.backend_metrics.to_string()])
-                .args(&spec.backend_args)
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(io(exe.as_path()))?;
-            pod.children.push(child);
-            let url = format!("http://127.0.0.1:{}/v2/health/ready", ports.backend_http);
-            pod.wait_ready("the backend", &url, &log, Duration::from_secs(120))
-                .await?;
         }
         if let Some(routes) = &spec.routes {
             let exe = bins.join("infergate-gateway");
@@ -160,8 +270,7 @@ impl Pod {
             }
             pod.write_routes(routes)?;
             let log = work.join("gateway.log");
-            let out = std::fs::File::create(&log).map_err(io(log.as_path()))?;
-            let err = out.try_clone().map_err(io(log.as_path()))?;
+            let (out, err) = log_files(&log)?;
             let mut cmd = Command::new(&exe);
             cmd.arg("--config").arg(&pod.routes_file);
             if let Some(w) = spec.gateway_workers {
@@ -173,11 +282,11 @@ impl Pod {
                 .stderr(err)
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(io(exe.as_path()))?;
-            pod.children.push(child);
-            let url = format!("http://127.0.0.1:{}/ready", ports.admin);
-            pod.wait_ready("the gateway", &url, &log, Duration::from_secs(60))
-                .await?;
+                .map_err(io_error(&exe))?;
+            let url = format!("http://127.0.0.1:{}/ready", pod.ports.admin);
+            let mut procs = pod.control.inner.lock().await;
+            let child = procs.gateway.insert(child);
+            wait_ready(child, "the gateway", &url, &log, Duration::from_secs(60)).await?;
         }
         Ok(pod)
     }
@@ -187,14 +296,24 @@ impl Pod {
         Target::loopback(self.ports.gateway)
     }
 
-    /// The backend's REST address.
-    pub fn backend_http(&self) -> Target {
-        Target::loopback(self.ports.backend_http)
+    /// The gateway's admin address.
+    pub fn admin(&self) -> Target {
+        Target::loopback(self.ports.admin)
     }
 
-    /// The backend's gRPC address.
+    /// The first backend's REST address.
+    pub fn backend_http(&self) -> Target {
+        Target::loopback(self.ports.backends.first().map_or(0, |b| b.http))
+    }
+
+    /// The first backend's gRPC address.
     pub fn backend_grpc(&self) -> Target {
-        Target::loopback(self.ports.backend_grpc)
+        Target::loopback(self.ports.backends.first().map_or(0, |b| b.grpc))
+    }
+
+    /// A handle that starts, stops and signals the processes from another task.
+    pub fn control(&self) -> PodControl {
+        self.control.clone()
     }
 
     /// Replaces the gateway's routes file with `template` rendered with this pod's ports.
@@ -210,53 +329,215 @@ impl Pod {
     /// A handle that rewrites the routes file from another task (edits during the load).
     pub fn routes_writer(&self) -> RoutesWriter {
         RoutesWriter {
-            ports: self.ports,
+            ports: self.ports.clone(),
             file: self.routes_file.clone(),
         }
     }
 
-    async fn wait_ready(
-        &mut self,
-        what: &'static str,
-        url: &str,
-        log: &Path,
-        limit: Duration,
-    ) -> Result<(), PodError> {
-        let client: HyperClient<HttpConnector, Empty<Bytes>> =
-            HyperClient::builder(TokioExecutor::new()).build(HttpConnector::new());
-        let deadline = Instant::now() + limit;
-        let not_ready = |reason: String| PodError::NotReady {
-            what,
-            url: url.to_owned(),
-            reason,
-            log: log.display().to_string(),
-            tail: tail(log),
-        };
-        loop {
-            if let Some(child) = self.children.last_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(not_ready(format!("it exited ({status})")));
-            }
-            if let Ok(uri) = url.parse::<http::Uri>()
-                && let Ok(Ok(resp)) = tokio::time::timeout(Duration::from_secs(1), client.get(uri)).await
-                && resp.status().is_success()
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(not_ready(format!("not ready after {} s", limit.as_secs())));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     /// Stops the processes (SIGKILL through `kill_on_drop` if they are still running) and waits for them.
-    pub async fn stop(mut self) {
-        for child in self.children.iter_mut().rev() {
+    pub async fn stop(self) {
+        let mut procs = self.control.inner.lock().await;
+        let Procs {
+            backends, gateway, ..
+        } = &mut *procs;
+        for child in gateway
+            .iter_mut()
+            .chain(backends.iter_mut().filter_map(|(c, _)| c.as_mut()))
+        {
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
+    }
+}
+
+impl PodControl {
+    /// Starts backend `n` on its ports and the repository it was last given, and waits until it is ready.
+    async fn start_backend(&self, n: usize) -> Result<(), PodError> {
+        let exe = self.bins.join("infergate-backend");
+        if !exe.is_file() {
+            return Err(PodError::Missing(exe));
+        }
+        let ports = self.backend_ports(n)?;
+        let mut procs = self.inner.lock().await;
+        let Some((slot, models)) = procs.backends.get_mut(n) else {
+            return Err(PodError::Spec(format!("there is no backend {n}")));
+        };
+        let log = self.work.join(if n == 0 {
+            "backend.log".to_owned()
+        } else {
+            format!("backend-{n}.log")
+        });
+        let (out, err) = log_files(&log)?;
+        let child = Command::new(&exe)
+            .arg("--model-repository")
+            .arg(&*models)
+            .args(["--http-port", &ports.http.to_string()])
+            .args(["--grpc-port", &ports.grpc.to_string()])
+            .args(["--metrics-port", &ports.metrics.to_string()])
+            .args(&self.backend_args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io_error(&exe))?;
+        let child = slot.insert(child);
+        let url = format!("http://127.0.0.1:{}/v2/health/ready", ports.http);
+        wait_ready(child, "a backend", &url, &log, Duration::from_secs(120)).await
+    }
+
+    fn backend_ports(&self, n: usize) -> Result<BackendPorts, PodError> {
+        self.ports.backends.get(n).copied().ok_or_else(|| {
+            PodError::Spec(format!(
+                "there is no backend {n}: the pod has {} (pod.backends in case.yaml)",
+                self.ports.backends.len()
+            ))
+        })
+    }
+
+    /// The process ids of the running processes.
+    pub async fn pids(&self) -> Vec<(Process, u32)> {
+        let procs = self.inner.lock().await;
+        let gateway = procs
+            .gateway
+            .as_ref()
+            .and_then(Child::id)
+            .map(|p| (Process::Gateway, p));
+        let backends = procs
+            .backends
+            .iter()
+            .enumerate()
+            .filter_map(|(n, (c, _))| c.as_ref().and_then(Child::id).map(|p| (Process::Backend(n), p)));
+        gateway.into_iter().chain(backends).collect()
+    }
+
+    /// SIGKILL to backend `n`, as a node lost or the OOM killer would do; waits until it is gone.
+    pub async fn kill_backend(&self, n: usize) -> Result<(), PodError> {
+        self.backend_ports(n)?;
+        let mut procs = self.inner.lock().await;
+        if let Some((Some(child), _)) = procs.backends.get_mut(n) {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+        if let Some((slot, _)) = procs.backends.get_mut(n) {
+            *slot = None;
+        }
+        Ok(())
+    }
+
+    /// Restarts backend `n` as a rolling update does: SIGTERM and wait for it to drain (if it still runs),
+    /// then start it on the same ports, on `models` when given (another repository, a new model version),
+    /// and wait until it is ready.
+    pub async fn restart_backend(&self, n: usize, models: Option<PathBuf>) -> Result<(), PodError> {
+        self.backend_ports(n)?;
+        {
+            let mut procs = self.inner.lock().await;
+            if let Some((slot, repo)) = procs.backends.get_mut(n) {
+                if let Some(child) = slot.as_mut() {
+                    terminate(child).await;
+                }
+                *slot = None;
+                if let Some(m) = models {
+                    *repo = m;
+                }
+            }
+        }
+        self.start_backend(n).await
+    }
+
+    /// SIGTERM to every process at once, as Kubernetes does to a pod, and waits for each to exit (SIGKILL
+    /// after a minute). Their exit codes are kept for [`PodControl::exits`].
+    pub async fn terminate_all(&self) {
+        let mut procs = self.inner.lock().await;
+        let Procs {
+            backends,
+            gateway,
+            exits,
+        } = &mut *procs;
+        let mut running: Vec<(Process, &mut Child)> =
+            gateway.iter_mut().map(|c| (Process::Gateway, c)).collect();
+        running.extend(
+            backends
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(n, (c, _))| c.as_mut().map(|c| (Process::Backend(n), c))),
+        );
+        for (_, child) in &running {
+            send_sigterm(child).await;
+        }
+        for (process, child) in running {
+            let code = match tokio::time::timeout(Duration::from_secs(60), child.wait()).await {
+                Ok(Ok(status)) => status.code(),
+                _ => {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    None
+                }
+            };
+            exits.push((process, code));
+        }
+    }
+
+    /// How each process ended in [`PodControl::terminate_all`]: its exit code, `None` when killed.
+    pub async fn exits(&self) -> Vec<(Process, Option<i32>)> {
+        self.inner.lock().await.exits.clone()
+    }
+}
+
+/// SIGTERM through kill(1): the crates forbid `unsafe`, so no libc call.
+async fn send_sigterm(child: &Child) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args(["-s", "TERM", &pid.to_string()])
+            .stdin(Stdio::null())
+            .status()
+            .await;
+    }
+}
+
+/// SIGTERM, then wait up to a minute for a drained exit before SIGKILL.
+async fn terminate(child: &mut Child) {
+    send_sigterm(child).await;
+    if tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+}
+
+async fn wait_ready(
+    child: &mut Child,
+    what: &'static str,
+    url: &str,
+    log: &Path,
+    limit: Duration,
+) -> Result<(), PodError> {
+    let client: HyperClient<HttpConnector, Empty<Bytes>> =
+        HyperClient::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let deadline = Instant::now() + limit;
+    let not_ready = |reason: String| PodError::NotReady {
+        what,
+        url: url.to_owned(),
+        reason,
+        log: log.display().to_string(),
+        tail: tail(log),
+    };
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(not_ready(format!("it exited ({status})")));
+        }
+        if let Ok(uri) = url.parse::<http::Uri>()
+            && let Ok(Ok(resp)) = tokio::time::timeout(Duration::from_secs(1), client.get(uri)).await
+            && resp.status().is_success()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(not_ready(format!("not ready after {} s", limit.as_secs())));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -278,15 +559,28 @@ impl RoutesWriter {
     }
 }
 
-/// A routes template with `{{gateway}}`, `{{admin}}`, `{{backend_http}}`, `{{backend_grpc}}` replaced by
-/// `127.0.0.1:PORT`.
+/// A routes template with its placeholders replaced by `127.0.0.1:PORT`: `{{gateway}}`, `{{admin}}`;
+/// `{{backend_http}}` and `{{backend_grpc}}` (the first backend), `{{backend_http_N}}` and `{{backend_grpc_N}}`
+/// (backend N, from 0); `{{proxy_NAME}}` (a fault proxy).
 pub fn render(template: &str, ports: &Ports) -> String {
     let a = |p: u16| format!("127.0.0.1:{p}");
-    template
+    let mut text = template
         .replace("{{gateway}}", &a(ports.gateway))
-        .replace("{{admin}}", &a(ports.admin))
-        .replace("{{backend_http}}", &a(ports.backend_http))
-        .replace("{{backend_grpc}}", &a(ports.backend_grpc))
+        .replace("{{admin}}", &a(ports.admin));
+    for (n, b) in ports.backends.iter().enumerate() {
+        text = text
+            .replace(&format!("{{{{backend_http_{n}}}}}"), &a(b.http))
+            .replace(&format!("{{{{backend_grpc_{n}}}}}"), &a(b.grpc));
+        if n == 0 {
+            text = text
+                .replace("{{backend_http}}", &a(b.http))
+                .replace("{{backend_grpc}}", &a(b.grpc));
+        }
+    }
+    for (name, port) in &ports.proxies {
+        text = text.replace(&format!("{{{{proxy_{name}}}}}"), &a(*port));
+    }
+    text
 }
 
 fn tail(log: &Path) -> String {

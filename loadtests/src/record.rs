@@ -65,6 +65,23 @@ pub struct Recorder {
     version_seen: BTreeMap<String, (Duration, Duration)>,
     interval: Duration,
     timeline: Vec<Bucket>,
+    /// Each failure's send and completion time, for invariants about an instant (a kill, a SIGTERM): was a
+    /// failed request sent before it or after it? Capped at [`MAX_FAILURES_KEPT`]; the counts stay exact.
+    failures: Vec<Failure>,
+}
+
+/// Failures whose times are kept per recorder: enough for any drill, bounded for a server that fails everything.
+pub const MAX_FAILURES_KEPT: usize = 100_000;
+
+/// One failed request, in time since the measured start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// When it was sent (for open-loop load, when it was meant to be sent).
+    pub sent: Duration,
+    /// When it failed.
+    pub done: Duration,
+    /// Why.
+    pub kind: ErrorKind,
 }
 
 #[allow(clippy::expect_used)]
@@ -85,11 +102,18 @@ impl Recorder {
             version_seen: BTreeMap::new(),
             interval: interval.max(Duration::from_millis(10)),
             timeline: Vec::new(),
+            failures: Vec::new(),
         }
     }
 
     /// Records one request that completed `at` after the measured start and took `latency`.
     pub fn record(&mut self, at: Duration, latency: Duration, outcome: &Outcome) {
+        self.record_sent(at, latency, at.saturating_sub(latency), outcome);
+    }
+
+    /// [`Recorder::record`] for a request whose latency is counted from an earlier time than it was sent at
+    /// (open loop: from when it was meant to be sent); `sent` is when it actually left.
+    pub fn record_sent(&mut self, at: Duration, latency: Duration, sent: Duration, outcome: &Outcome) {
         let us = (latency.as_micros() as u64).clamp(1, 600_000_000);
         let idx = (at.as_nanos() / self.interval.as_nanos().max(1)) as usize;
         if self.timeline.len() <= idx {
@@ -113,6 +137,13 @@ impl Recorder {
             Outcome::Err(kind) => {
                 bucket.errors += 1;
                 *self.errors.entry(kind.clone()).or_default() += 1;
+                if self.failures.len() < MAX_FAILURES_KEPT {
+                    self.failures.push(Failure {
+                        sent,
+                        done: at,
+                        kind: kind.clone(),
+                    });
+                }
             }
         }
     }
@@ -132,6 +163,8 @@ impl Recorder {
             seen.0 = seen.0.min(*first);
             seen.1 = seen.1.max(*last);
         }
+        let room = MAX_FAILURES_KEPT.saturating_sub(self.failures.len());
+        self.failures.extend(other.failures.iter().take(room).cloned());
         if self.timeline.len() < other.timeline.len() {
             self.timeline.resize_with(other.timeline.len(), Bucket::default);
         }
@@ -145,6 +178,11 @@ impl Recorder {
                 let _ = mine.latency.get_or_insert_with(histogram).add(h);
             }
         }
+    }
+
+    /// The failed requests with their times (the first [`MAX_FAILURES_KEPT`]).
+    pub fn failures(&self) -> &[Failure] {
+        &self.failures
     }
 
     /// The figures of this recorder over a measured time of `elapsed`.

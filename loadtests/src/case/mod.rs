@@ -4,25 +4,34 @@
 //! invariants, and writes each phase's table, JSON, CSV and plots. In smoke mode the phases use their
 //! `smoke` bounds (seconds each): invariants only, never timings.
 
+pub mod actions;
+pub mod check;
 pub mod spec;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde::Serialize;
 use tokio::time::Instant;
 
-pub use spec::{ActionSpec, At, CallerGroup, Case, Compare, Invariant, Phase, Side, SmokeBounds};
+pub use spec::{ActionKind, ActionSpec, At, CallerGroup, Case, Compare, Invariant, Phase, Side, SmokeBounds};
 
 use crate::client::{Client, Protocol};
 use crate::load::{self, LoadPlan, RunResult};
 use crate::payload::Payload;
 use crate::plot;
-use crate::pod::{Pod, PodSpec};
-use crate::record::{Recorder, Summary};
+use crate::pod::{Pod, PodControl, PodSpec, Process, ProxySpec};
+use crate::proc_stats::ProcStats;
+use crate::prom;
+use crate::record::Summary;
 use crate::report::Report;
+use crate::target::Target;
+use check::{Facts, metric_key, parse_process, select};
 
 /// How a case runs.
 #[derive(Debug, Clone)]
@@ -99,6 +108,16 @@ pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
         backend_args: case.pod.backend_args.clone(),
         routes: case.pod.routes.as_ref().map(|r| dir.join(r)),
         gateway_workers: case.pod.gateway_workers,
+        backends: case.pod.backends,
+        proxies: case
+            .pod
+            .proxies
+            .iter()
+            .map(|p| ProxySpec {
+                name: p.name.clone(),
+                slow: p.in_front_of.zip(p.delay.map(|d| d.0)),
+            })
+            .collect(),
     };
     let pod = Pod::start(&spec, &opts.bin_dir, &out)
         .await
@@ -154,42 +173,44 @@ async fn run_phases(
             interval: phase.interval.0,
             max_in_flight: 4096,
         };
+        let metrics_before = read_metrics(&phase.invariants, pod).await;
         let start = Instant::now() + Duration::from_millis(20);
         let measure_start = start + plan.warmup;
-        let actions = schedule(&phase.actions, measure_start, bounds.duration);
-        let action_times: BTreeMap<String, Duration> = actions
-            .iter()
-            .filter_map(|(at, a)| {
-                a.name
-                    .clone()
-                    .map(|n| (n, at.saturating_duration_since(measure_start)))
-            })
-            .collect();
-        let action_task = {
-            let actions: Vec<(Instant, PathBuf)> =
-                actions.iter().map(|(at, a)| (*at, dir.join(a.routes))).collect();
-            let files: Vec<PathBuf> = actions.iter().map(|(_, p)| p.clone()).collect();
-            for f in &files {
-                if !f.is_file() {
-                    bail!(
-                        "case {name} phase {}: routes file {} does not exist",
-                        phase.name,
-                        f.display()
-                    );
-                }
-            }
-            let routes_out = pod.routes_writer();
+        let in_flight = Arc::new(AtomicU64::new(0));
+        let (stop_actions, stop_rx) = tokio::sync::watch::channel(false);
+        let action_task = actions::spawn(
+            actions::schedule(&phase.actions, dir, measure_start, bounds.duration),
+            measure_start,
+            actions::Hands {
+                pod: pod.control(),
+                routes: pod.routes_writer(),
+                in_flight: in_flight.clone(),
+            },
+            stop_rx,
+        );
+        let watched = watched_processes(&phase.invariants);
+        let resources_task = {
+            let (control, watched) = (pod.control(), watched.clone());
             tokio::spawn(async move {
-                for (at, file) in actions {
-                    tokio::time::sleep_until(at).await;
-                    if let Err(e) = routes_out.write(&file) {
-                        tracing::warn!(error = %e, "routes edit failed");
-                    }
-                }
+                tokio::time::sleep_until(measure_start).await;
+                read_resources(&control, &watched).await
             })
         };
-        let result = load::run(client, payload, &plan, start, opts.progress).await;
-        action_task.abort();
+        let result = load::run_observed(client, payload, &plan, start, opts.progress, in_flight).await;
+        let _ = stop_actions.send(true);
+        let action_log = action_task.await.unwrap_or_default();
+        let resources_before = resources_task.await.unwrap_or_default();
+        let resources_after = read_resources(&pod.control(), &watched).await;
+        let metrics_after = read_metrics(&phase.invariants, pod).await;
+        let config_errors = if phase
+            .invariants
+            .iter()
+            .any(|i| matches!(i, Invariant::ConfigRejection { .. }))
+        {
+            prom::get(pod.admin(), "/config/errors").await.ok()
+        } else {
+            None
+        };
         let total = result.total(phase.interval.0);
         let report = Report {
             name: format!("{name}/{}", phase.name),
@@ -214,21 +235,45 @@ async fn run_phases(
                 Err(e) => eprintln!("  {e}"),
             }
         }
-        for inv in &phase.invariants {
-            verdicts.push(check(
-                inv,
-                &phase.name,
-                &result,
-                phase.interval.0,
-                &action_times,
-                &mut figures,
-            ));
+        for a in &action_log {
+            let label = a.name.clone().unwrap_or_else(|| format!("{:?}", a.kind));
+            if let Some(e) = &a.error {
+                verdicts.push(Verdict {
+                    phase: phase.name.clone(),
+                    check: format!("action {label} runs"),
+                    measured: e.clone(),
+                    pass: false,
+                });
+            }
+            if let Some(n) = &a.name {
+                figures.insert(
+                    format!("{}: '{n}' at", phase.name),
+                    format!(
+                        "{:.2} s (done at {:.2} s, {} requests in flight)",
+                        a.at.as_secs_f64(),
+                        a.done.as_secs_f64(),
+                        a.in_flight
+                    ),
+                );
+            }
         }
-        for (action, at) in &action_times {
-            figures.insert(
-                format!("{}: '{action}' edit at", phase.name),
-                format!("{:.2} s", at.as_secs_f64()),
-            );
+        let facts = Facts {
+            dir,
+            phase: &phase.name,
+            result: &result,
+            interval: phase.interval.0,
+            actions: &action_log,
+            metrics_before,
+            metrics_after,
+            config_errors,
+            exits: pod.control().exits().await,
+            resources_before,
+            resources_after,
+            earlier: &runs,
+            smoke: opts.smoke,
+        };
+        for inv in &phase.invariants {
+            verdicts.push(check::check(inv, &facts, &mut figures));
         }
         reports.push(report);
         runs.insert(phase.name.clone(), (result, phase.interval.0));
@@ -266,190 +311,55 @@ async fn run_phases(
     })
 }
 
-/// Each action's times: once at `at`, or every `every` until the end of the measured time.
-fn schedule<'a>(
-    actions: &'a [ActionSpec],
-    measure_start: Instant,
-    duration: Option<Duration>,
-) -> Vec<(Instant, ActionView<'a>)> {
-    let mut out = Vec::new();
-    let span = duration.unwrap_or(Duration::from_secs(10));
-    for a in actions {
-        match (&a.at, a.every) {
-            (Some(at), _) => out.push((
-                measure_start + at.within(span),
-                ActionView {
-                    name: a.name.clone(),
-                    routes: &a.routes[0],
-                },
-            )),
-            (None, Some(every)) => {
-                let mut t = every.0;
-                let mut i = 0usize;
-                while t < span {
-                    out.push((
-                        measure_start + t,
-                        ActionView {
-                            name: None,
-                            routes: &a.routes[i % a.routes.len()],
-                        },
-                    ));
-                    t += every.0;
-                    i += 1;
-                }
-            }
-            (None, None) => {}
+/// Where a process's metrics are: the gateway's admin port, or a backend's metrics port.
+fn metrics_target(pod: &Pod, process: Process) -> Option<Target> {
+    match process {
+        Process::Gateway => Some(pod.admin()),
+        Process::Backend(n) => pod.ports.backends.get(n).map(|b| Target::loopback(b.metrics)),
+    }
+}
+
+/// The values of the metrics the invariants name, by [`metric_key`]; a process that cannot be read is left out.
+async fn read_metrics(invariants: &[Invariant], pod: &Pod) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for inv in invariants {
+        if let Invariant::Metric {
+            process,
+            metric,
+            labels,
+            ..
+        } = inv
+            && let Some(target) = parse_process(process).and_then(|p| metrics_target(pod, p))
+            && let Ok(text) = prom::get(target, "/metrics").await
+        {
+            out.insert(
+                metric_key(process, metric, labels),
+                prom::sum(&text, metric, labels),
+            );
         }
     }
-    out.sort_by_key(|(t, _)| *t);
     out
 }
 
-struct ActionView<'a> {
-    name: Option<String>,
-    routes: &'a Path,
+/// The processes whose resources the invariants watch.
+fn watched_processes(invariants: &[Invariant]) -> Vec<String> {
+    invariants
+        .iter()
+        .filter_map(|i| match i {
+            Invariant::ResourcesFlat { process, .. } => Some(process.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
-fn select(r: &RunResult, callers: Option<&str>, interval: Duration) -> Recorder {
-    let mut all = Recorder::new(interval);
-    for (name, rec) in &r.callers {
-        if callers.is_none_or(|p| name.starts_with(p)) {
-            all.merge(rec);
-        }
-    }
-    all
-}
-
-fn check(
-    inv: &Invariant,
-    phase: &str,
-    r: &RunResult,
-    interval: Duration,
-    actions: &BTreeMap<String, Duration>,
-    figures: &mut BTreeMap<String, String>,
-) -> Verdict {
-    let who = |c: &Option<String>| {
-        c.as_ref()
-            .map_or("all callers".to_owned(), |p| format!("callers '{p}*'"))
-    };
-    let verdict = |check: String, measured: String, pass: bool| Verdict {
-        phase: phase.to_owned(),
-        check,
-        measured,
-        pass,
-    };
-    match inv {
-        Invariant::Answered { callers, min } => {
-            let s = select(r, callers.as_deref(), interval).summary(r.elapsed);
-            verdict(
-                format!("{} get at least {min} answers", who(callers)),
-                format!("{} answered", s.ok),
-                s.ok >= *min,
-            )
-        }
-        Invariant::ErrorShare { callers, max } => {
-            let s = select(r, callers.as_deref(), interval).summary(r.elapsed);
-            verdict(
-                format!("{}: failed share ≤ {max}", who(callers)),
-                format!("{:.4} of {} ({:?})", s.error_share, s.requests, s.errors),
-                s.requests > 0 && s.error_share <= *max,
-            )
-        }
-        Invariant::ErrorKindShare {
-            callers,
-            error,
-            min,
-            max,
-        } => {
-            let s = select(r, callers.as_deref(), interval).summary(r.elapsed);
-            let share = s.error_kind_share(error);
-            verdict(
-                format!(
-                    "{}: share of {error} within [{}, {}]",
-                    who(callers),
-                    min.unwrap_or(0.0),
-                    max.unwrap_or(1.0)
-                ),
-                format!("{share:.4} of {}", s.requests),
-                s.requests > 0 && min.is_none_or(|m| share >= m) && max.is_none_or(|m| share <= m),
-            )
-        }
-        Invariant::VersionShare {
-            callers,
-            version,
-            expect,
-            tolerance,
-            before_action,
-        } => {
-            let rec = select(r, callers.as_deref(), interval);
-            let s = rec.summary(r.elapsed);
-            let cutoff = before_action.as_ref().and_then(|a| actions.get(a)).copied();
-            let (n, total) = s
-                .timeline
-                .iter()
-                .filter(|p| cutoff.is_none_or(|c| p.t_s <= c.as_secs_f64()))
-                .fold((0u64, 0u64), |(n, t), p| {
-                    (
-                        n + p.versions.get(version).copied().unwrap_or(0),
-                        t + p.versions.values().sum::<u64>(),
-                    )
-                });
-            let share = if total == 0 { 0.0 } else { n as f64 / total as f64 };
-            figures.insert(
-                format!("{phase}: share of version {version}"),
-                format!("{share:.4} of {total} answers"),
-            );
-            verdict(
-                format!(
-                    "share of answers from version {version}{} is {expect} ± {tolerance}",
-                    before_action
-                        .as_ref()
-                        .map_or(String::new(), |a| format!(" before '{a}'"))
-                ),
-                format!("{share:.4} of {total}"),
-                total > 0 && (share - expect).abs() <= *tolerance,
-            )
-        }
-        Invariant::VersionGone {
-            version,
-            after_action,
-            settle,
-        } => {
-            let Some(at) = actions.get(after_action) else {
-                return verdict(
-                    format!("version {version} gone after '{after_action}'"),
-                    format!("no action named '{after_action}' ran in this phase (is its time past the end?)"),
-                    false,
-                );
-            };
-            let s = select(r, None, interval).summary(r.elapsed);
-            let last = s.version_last_seen_s.get(version).copied();
-            let cut = at.as_secs_f64() + settle.0.as_secs_f64();
-            // Answers after the settle time: the check means something only if the load went on.
-            let later: u64 = s
-                .timeline
-                .iter()
-                .filter(|p| p.t_s - interval.as_secs_f64() >= cut)
-                .map(|p| p.ok)
-                .sum();
-            if let Some(last) = last {
-                figures.insert(
-                    format!("{phase}: version {version} last answered after '{after_action}'"),
-                    format!("{:.2} s", (last - at.as_secs_f64()).max(0.0)),
-                );
-            }
-            verdict(
-                format!(
-                    "no answer from version {version} later than {:.1} s after '{after_action}'",
-                    settle.0.as_secs_f64()
-                ),
-                format!(
-                    "last answer from {version} at {}, edit at {:.2} s; {later} answers after the settle time",
-                    last.map_or("never".into(), |l| format!("{l:.2} s")),
-                    at.as_secs_f64()
-                ),
-                later > 0 && last.is_none_or(|l| l <= cut),
-            )
-        }
-    }
+async fn read_resources(control: &PodControl, names: &[String]) -> BTreeMap<String, ProcStats> {
+    let pids = control.pids().await;
+    names
+        .iter()
+        .filter_map(|n| {
+            let process = parse_process(n)?;
+            let pid = pids.iter().find(|(p, _)| *p == process)?.1;
+            Some((n.clone(), ProcStats::read(pid)?))
+        })
+        .collect()
 }

@@ -42,6 +42,26 @@ pub struct PodFiles {
     /// Gateway data workers (default: one per core).
     #[serde(default)]
     pub gateway_workers: Option<u16>,
+    /// Backend processes on the repository, each on its own ports (default 1): `{{backend_http_N}}`.
+    #[serde(default = "one")]
+    pub backends: usize,
+    /// Sick upstreams beside the backends: `{{proxy_NAME}}`.
+    #[serde(default)]
+    pub proxies: Vec<ProxyFile>,
+}
+
+/// A fault proxy: slow in front of a backend's REST port when `in_front_of` is set, else hung.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyFile {
+    /// Its name: `{{proxy_NAME}}` in routes templates.
+    pub name: String,
+    /// The backend (from 0) whose REST port it forwards to, each chunk of the answer held back by `delay`.
+    #[serde(default)]
+    pub in_front_of: Option<usize>,
+    /// How long each chunk of the answer waits (with `in_front_of`).
+    #[serde(default)]
+    pub delay: Option<Dur>,
 }
 
 /// Which process a phase loads.
@@ -152,11 +172,13 @@ pub struct CallerGroup {
     pub rate: Option<f64>,
 }
 
-/// A routes edit during the load: once (`at`) or repeatedly (`every`, cycling through `routes`).
+/// Something done to the pod during the load, once (`at`) or repeatedly (`every`, routes edits only): a routes
+/// edit, a backend killed or restarted, or the whole pod sent SIGTERM. Exactly one of `routes`,
+/// `kill_backend`, `restart_backend` and `terminate_pod`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionSpec {
-    /// Names the edit, for invariants and figures (`after_action: rollback`).
+    /// Names the action, for invariants and figures (`after_action: rollback`).
     #[serde(default)]
     pub name: Option<String>,
     /// When, after the measured start: `5s` or a share of the duration, `40%`.
@@ -166,8 +188,54 @@ pub struct ActionSpec {
     #[serde(default)]
     pub every: Option<Dur>,
     /// Routes templates written in turn.
-    #[serde(deserialize_with = "one_or_many")]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub routes: Vec<PathBuf>,
+    /// SIGKILL to this backend (from 0).
+    #[serde(default)]
+    pub kill_backend: Option<usize>,
+    /// SIGTERM to this backend, wait for its exit, start it again on the same ports and wait until ready.
+    #[serde(default)]
+    pub restart_backend: Option<usize>,
+    /// With `restart_backend`: the repository it comes back on (relative to the case folder).
+    #[serde(default)]
+    pub models: Option<PathBuf>,
+    /// SIGTERM to every process of the pod at once, as Kubernetes stops a pod.
+    #[serde(default)]
+    pub terminate_pod: bool,
+}
+
+/// What an action does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionKind {
+    /// Write this routes template.
+    Routes(PathBuf),
+    /// SIGKILL a backend.
+    KillBackend(usize),
+    /// Restart a backend, on another repository when given.
+    RestartBackend(usize, Option<PathBuf>),
+    /// SIGTERM to the whole pod.
+    TerminatePod,
+}
+
+impl ActionSpec {
+    /// What the action does; the `i`-th time for repeated routes edits. `None` for an invalid spec (which
+    /// [`Case::validate`] reports).
+    pub fn kind(&self, i: usize) -> Option<ActionKind> {
+        match (
+            self.routes.is_empty(),
+            self.kill_backend,
+            self.restart_backend,
+            self.terminate_pod,
+        ) {
+            (false, None, None, false) => {
+                Some(ActionKind::Routes(self.routes[i % self.routes.len()].clone()))
+            }
+            (true, Some(n), None, false) => Some(ActionKind::KillBackend(n)),
+            (true, None, Some(n), false) => Some(ActionKind::RestartBackend(n, self.models.clone())),
+            (true, None, None, true) => Some(ActionKind::TerminatePod),
+            _ => None,
+        }
+    }
 }
 
 /// A point in a phase: absolute, or a share of its duration.
@@ -247,6 +315,96 @@ pub enum Invariant {
         /// Time allowed for the edit to take effect (file watch, debounce, requests in flight).
         settle: Dur,
     },
+    /// No failed request was sent later than `settle` after an action (a kill: the endpoint is ejected by
+    /// then), and the load went on past it.
+    NoErrorsAfter {
+        /// The action.
+        after_action: String,
+        /// Time allowed for the fault to be noticed (ejection, reload).
+        settle: Dur,
+    },
+    /// Failed requests number at most the requests in flight when the action ran, plus `extra` (the
+    /// requests that may still reach a dead endpoint before it is ejected: `consecutive_5xx`).
+    ErrorsWithinInFlight {
+        /// The action.
+        action: String,
+        /// Allowed beyond the requests in flight.
+        #[serde(default)]
+        extra: u64,
+    },
+    /// Every request sent before the action was answered (a SIGTERM: in-flight requests complete).
+    InFlightComplete {
+        /// The action.
+        action: String,
+    },
+    /// Every failed request (sent after the action, when one is named) failed with one of `allowed`: refused
+    /// cleanly (`connect`, `status_503`) or timed out by the gateway (`status_504`), never a reset or a hang.
+    FailuresAre {
+        /// Only requests sent after this action.
+        #[serde(default)]
+        after_action: Option<String>,
+        /// The failure kinds allowed.
+        allowed: Vec<String>,
+    },
+    /// Every answer names exactly one model version, one of `versions`.
+    VersionsOnly {
+        /// The versions allowed.
+        versions: Vec<String>,
+    },
+    /// A Prometheus metric of a process (summed over the series whose labels include `labels`) grew by
+    /// `min`..`max` over the phase (or ended within them, `delta: false`, for a process restarted in the
+    /// phase). With `per_write_of`, the bounds are per write of that routes file during the phase.
+    Metric {
+        /// `gateway` (admin `/metrics`) or `backend-N` (its metrics port).
+        process: String,
+        /// The metric's name.
+        metric: String,
+        /// Labels the series must have.
+        #[serde(default)]
+        labels: BTreeMap<String, String>,
+        /// Smallest value.
+        #[serde(default)]
+        min: Option<f64>,
+        /// Largest value.
+        #[serde(default)]
+        max: Option<f64>,
+        /// Count the growth over the phase (default) or the value at its end.
+        #[serde(default = "yes")]
+        delta: bool,
+        /// Bounds per write of this routes file.
+        #[serde(default)]
+        per_write_of: Option<PathBuf>,
+    },
+    /// The gateway's `/config/errors` holds a rejection whose message contains `contains`.
+    ConfigRejection {
+        /// Words the rejection must contain.
+        contains: String,
+    },
+    /// Every process of the pod exited 0 after `terminate_pod`.
+    CleanExit,
+    /// A process's resident memory, open file descriptors and threads at the end of the phase are within
+    /// these bounds of their values at the measured start.
+    ResourcesFlat {
+        /// `gateway` or `backend-N`.
+        process: String,
+        /// Largest RSS growth, MiB.
+        max_rss_growth_mib: f64,
+        /// Largest growth in open file descriptors.
+        max_fd_growth: u64,
+        /// Largest growth in threads.
+        max_thread_growth: u64,
+    },
+    /// The selected callers' p99 is at most `max_ratio` times their p99 in an earlier phase (a baseline).
+    /// A timing: judged in full runs only; a `--smoke` run reports the figure and passes it.
+    P99Within {
+        /// Caller prefix.
+        #[serde(default)]
+        callers: Option<String>,
+        /// The earlier phase.
+        baseline_phase: String,
+        /// Largest ratio (1.1: within 10 %).
+        max_ratio: f64,
+    },
 }
 
 /// A comparison of two phases (figures only).
@@ -270,6 +428,9 @@ pub struct Dur(pub Duration);
 
 fn one() -> usize {
     1
+}
+fn yes() -> bool {
+    true
 }
 fn one_u32() -> u32 {
     1
@@ -337,6 +498,14 @@ impl Case {
         if self.phases.is_empty() {
             problems.push("phases: none; a case runs at least one phase".into());
         }
+        for proxy in &self.pod.proxies {
+            if proxy.in_front_of.is_some() != proxy.delay.is_some() {
+                problems.push(format!(
+                    "pod.proxies '{}': a slow proxy sets both `in_front_of` and `delay`; a hung one neither",
+                    proxy.name
+                ));
+            }
+        }
         for p in &self.phases {
             let at = format!("phase '{}'", p.name);
             if p.target == Side::Gateway && self.pod.routes.is_none() {
@@ -375,12 +544,34 @@ impl Case {
                 if a.at.is_some() == a.every.is_some() {
                     problems.push(format!("{at}: an action sets exactly one of `at` and `every`"));
                 }
-                if a.routes.is_empty() {
-                    problems.push(format!("{at}: an action has no routes file"));
+                match a.kind(0) {
+                    None => problems.push(format!(
+                        "{at}: an action does exactly one of `routes`, `kill_backend`, `restart_backend` and `terminate_pod`"
+                    )),
+                    Some(ActionKind::Routes(_)) => {}
+                    Some(kind) => {
+                        if a.every.is_some() {
+                            problems.push(format!("{at}: only routes edits repeat (`every`); give {kind:?} an `at`"));
+                        }
+                        if let ActionKind::KillBackend(n) | ActionKind::RestartBackend(n, _) = kind
+                            && n >= self.pod.backends.max(1)
+                        {
+                            problems.push(format!(
+                                "{at}: backend {n} does not exist: the pod has {} (pod.backends; they count from 0)",
+                                self.pod.backends.max(1)
+                            ));
+                        }
+                    }
                 }
-                for r in &a.routes {
-                    if !dir.join(r).is_file() {
-                        problems.push(format!("{at}: routes file {} does not exist", r.display()));
+                if a.models.is_some() && a.restart_backend.is_none() {
+                    problems.push(format!("{at}: `models` goes with `restart_backend`"));
+                }
+                for r in a.routes.iter().chain(&a.models) {
+                    if !dir.join(r).exists() {
+                        problems.push(format!(
+                            "{at}: {} does not exist (paths are relative to the case folder)",
+                            r.display()
+                        ));
                     }
                 }
             }
@@ -388,6 +579,15 @@ impl Case {
                 if let Invariant::VersionGone { after_action, .. }
                 | Invariant::VersionShare {
                     before_action: Some(after_action),
+                    ..
+                }
+                | Invariant::NoErrorsAfter { after_action, .. }
+                | Invariant::ErrorsWithinInFlight {
+                    action: after_action, ..
+                }
+                | Invariant::InFlightComplete { action: after_action }
+                | Invariant::FailuresAre {
+                    after_action: Some(after_action),
                     ..
                 } = inv
                     && !p.actions.iter().any(|a| a.name.as_deref() == Some(after_action))
@@ -399,6 +599,19 @@ impl Case {
             }
         }
         let names: Vec<&str> = self.phases.iter().map(|p| p.name.as_str()).collect();
+        for (i, p) in self.phases.iter().enumerate() {
+            for inv in &p.invariants {
+                if let Invariant::P99Within { baseline_phase, .. } = inv
+                    && !names[..i].contains(&baseline_phase.as_str())
+                {
+                    problems.push(format!(
+                        "phase '{}': p99_within names '{baseline_phase}', which is not an earlier phase ({:?})",
+                        p.name,
+                        &names[..i]
+                    ));
+                }
+            }
+        }
         for c in &self.compare {
             for side in [&c.base, &c.other] {
                 if !names.contains(&side.as_str()) {
@@ -523,6 +736,45 @@ phases:
         ] {
             assert!(all.contains(needle), "missing {needle}: {all}");
         }
+    }
+
+    #[test]
+    fn drill_actions_and_proxies_are_checked_before_anything_starts() {
+        let text = r#"
+description: x
+pod: { backends: 2, proxies: [{ name: slow, in_front_of: 1 }] }
+phases:
+  - name: p
+    target: backend
+    protocol: http1
+    model: m
+    duration: 1s
+    smoke: { duration: 1s }
+    callers: [{ name: c }]
+    actions:
+      - { name: both, at: 10%, kill_backend: 0, terminate_pod: true }
+      - { name: far, at: 20%, restart_backend: 2 }
+      - { every: 1s, kill_backend: 1 }
+      - { at: 30%, kill_backend: 1, models: elsewhere }
+    invariants:
+      - { kind: no_errors_after, after_action: nothing, settle: 1s }
+      - { kind: p99_within, baseline_phase: p, max_ratio: 1.1 }
+"#;
+        let case: Case = serde_saphyr::from_str(text).unwrap();
+        let all = case.validate(Path::new("/nonexistent")).unwrap_err().join("\n");
+        for needle in [
+            "exactly one of `routes`, `kill_backend`",
+            "backend 2 does not exist: the pod has 2",
+            "only routes edits repeat",
+            "`models` goes with `restart_backend`",
+            "'nothing'",
+            "not an earlier phase",
+            "sets both `in_front_of` and `delay`",
+        ] {
+            assert!(all.contains(needle), "missing {needle}: {all}");
+        }
+        let kill = &case.phases[0].actions[2];
+        assert_eq!(kill.kind(0), Some(ActionKind::KillBackend(1)));
     }
 
     #[test]
