@@ -12,9 +12,11 @@ pub mod pod;
 pub mod record;
 pub mod report;
 pub mod target;
+pub mod tls;
 
 pub use client::{Client, Protocol};
 pub use load::{CallerSpec, LoadPlan, Pace};
 pub use payload::{Payload, PayloadKind};
 pub use record::{ErrorKind, Outcome, Recorder, Summary};
 pub use target::Target;
+pub use tls::{TlsError, TlsOptions};
