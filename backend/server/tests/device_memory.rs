@@ -1,6 +1,9 @@
 //! Device memory per device on the metrics port, as a user scrapes it: the binary with a KIND_GPU model on
 //! wgpu (lavapipe, Mesa's software Vulkan, where there is no GPU), requests over REST, `/metrics` over HTTP.
 
+// Test helpers outside #[test] functions: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;
