@@ -34,6 +34,14 @@ pub const UPSTREAM_EJECTIONS: &str = "infergate_gateway_upstream_ejections_total
 pub const RETRIES: &str = "infergate_gateway_retries_total";
 /// Retries not made because the retry budget was spent, by `route`.
 pub const RETRY_BUDGET_EXHAUSTED: &str = "infergate_gateway_retry_budget_exhausted_total";
+/// What retrying did, by `route` and `outcome`: see [`RetryOutcome`].
+pub const RETRY_OUTCOMES: &str = "infergate_gateway_retry_outcomes_total";
+/// Request body bytes received from callers, by `route` and `destination` (`none` when the gateway
+/// answered before choosing one). Counted when the request body ends.
+pub const REQUEST_BYTES: &str = "infergate_gateway_request_bytes_total";
+/// Response body bytes sent to callers, by `route` and `destination` (`none` when the gateway answered
+/// itself before choosing one). Counted as the body is sent.
+pub const RESPONSE_BYTES: &str = "infergate_gateway_response_bytes_total";
 /// Requests refused by a quota, by `route` (never by caller).
 pub const QUOTA_REJECTIONS: &str = "infergate_gateway_quota_rejections_total";
 /// Faults injected, by `route` and `kind` (`delay`, `abort`).
@@ -69,6 +77,52 @@ pub const CANARY_WEIGHT: &str = "infergate_gateway_canary_weight";
 /// Weight each destination of every route has in the running rules, by `route` and `destination`
 /// (compare with the actual share of `requests_total`, and with [`CANARY_WEIGHT`]).
 pub const CONFIGURED_WEIGHT: &str = "infergate_gateway_configured_weight";
+
+/// How retrying went, the `outcome` label of [`RETRY_OUTCOMES`]. `attempted` counts retries; the other
+/// four count requests, each at most once, so `succeeded / (succeeded + failed)` is how often retrying
+/// saved a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOutcome {
+    /// One retry was sent (what `retries_total` counts, without its reason).
+    Attempted,
+    /// A retried request ended with an answer that no retry condition matched.
+    Succeeded,
+    /// A retried request ended in a failure: every attempt was used, or its last try failed in a way no
+    /// retry condition names.
+    Failed,
+    /// A wanted retry was not sent because the retry budget was spent.
+    BudgetExhausted,
+    /// A wanted retry was not sent, or a retried request gave up, because the request's deadline came.
+    DeadlineExceeded,
+}
+
+impl RetryOutcome {
+    /// Every outcome, registered at zero for each route.
+    pub const ALL: [RetryOutcome; 5] = [
+        RetryOutcome::Attempted,
+        RetryOutcome::Succeeded,
+        RetryOutcome::Failed,
+        RetryOutcome::BudgetExhausted,
+        RetryOutcome::DeadlineExceeded,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryOutcome::Attempted => "attempted",
+            RetryOutcome::Succeeded => "succeeded",
+            RetryOutcome::Failed => "failed",
+            RetryOutcome::BudgetExhausted => "budget_exhausted",
+            RetryOutcome::DeadlineExceeded => "deadline_exceeded",
+        }
+    }
+
+    /// Counts one `outcome` on `route`. Not cached: only requests that retried, or wanted to, come here.
+    pub fn count(self, route: &str) {
+        metrics::counter!(RETRY_OUTCOMES, "route" => route.to_string(), "outcome" => self.as_str())
+            .increment(1);
+    }
+}
 
 /// Latency buckets in seconds: 100 µs to 30 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -131,6 +185,12 @@ fn describe() {
         RETRY_BUDGET_EXHAUSTED,
         "Retries not made because the retry budget was spent."
     );
+    describe_counter!(
+        RETRY_OUTCOMES,
+        "Retries made, and how retried requests ended: succeeded, exhausted, budget_exhausted, deadline_exceeded."
+    );
+    describe_counter!(REQUEST_BYTES, "Request body bytes received from callers.");
+    describe_counter!(RESPONSE_BYTES, "Response body bytes sent to callers.");
     describe_counter!(QUOTA_REJECTIONS, "Requests refused by a per-caller quota.");
     describe_counter!(FAULTS_INJECTED, "Faults injected by fault-injection rules.");
     describe_counter!(
@@ -210,6 +270,8 @@ pub struct DestinationMetrics {
     /// `requests_total{response_code="200", grpc_status=<index>}`.
     grpc: [OnceLock<Counter>; GRPC_CODES],
     duration: OnceLock<Histogram>,
+    request_bytes: OnceLock<Counter>,
+    response_bytes: OnceLock<Counter>,
 }
 
 /// gRPC status codes 0 (OK) … 16 (UNAUTHENTICATED).
@@ -241,13 +303,37 @@ impl DestinationMetrics {
             ok: OnceLock::new(),
             grpc: Default::default(),
             duration: OnceLock::new(),
+            request_bytes: OnceLock::new(),
+            response_bytes: OnceLock::new(),
         }
     }
 
-    /// Registers the destination's served-request series (HTTP 200 and the duration histogram) at zero.
+    /// Registers the destination's served-request series (HTTP 200, the duration histogram, body bytes)
+    /// at zero.
     pub fn register(&self) {
         self.ok_counter();
         self.histogram();
+        self.request_bytes();
+        self.response_bytes();
+    }
+
+    /// `request_bytes_total{route, destination}`.
+    pub fn request_bytes(&self) -> &Counter {
+        self.request_bytes
+            .get_or_init(|| metrics::counter!(REQUEST_BYTES, self.route_destination()))
+    }
+
+    /// `response_bytes_total{route, destination}`.
+    pub fn response_bytes(&self) -> &Counter {
+        self.response_bytes
+            .get_or_init(|| metrics::counter!(RESPONSE_BYTES, self.route_destination()))
+    }
+
+    fn route_destination(&self) -> Vec<Label> {
+        vec![
+            Label::new("route", SharedString::from(Arc::clone(&self.route))),
+            Label::new("destination", SharedString::from(Arc::clone(&self.destination))),
+        ]
     }
 
     /// Counts a request the upstream answered with `status` (and, for gRPC, `grpc_status` from the
@@ -354,12 +440,15 @@ fn grpc_status_label(code: u32) -> SharedString {
 }
 
 /// Registers, at zero, the per-route series that alerts take `increase()` of, so the first event after a
-/// start or a reload is seen: quota rejections, retries skipped for the budget, canary rollbacks; and the
-/// configured weight of each destination.
+/// start or a reload is seen: quota rejections, retries skipped for the budget, retry outcomes, canary
+/// rollbacks; and the configured weight of each destination.
 pub fn register_route(route: &Arc<str>, destinations: &[(Arc<str>, u32)]) {
     let r = || SharedString::from(Arc::clone(route));
     metrics::counter!(QUOTA_REJECTIONS, "route" => r()).increment(0);
     metrics::counter!(RETRY_BUDGET_EXHAUSTED, "route" => r()).increment(0);
+    for outcome in RetryOutcome::ALL {
+        metrics::counter!(RETRY_OUTCOMES, "route" => r(), "outcome" => outcome.as_str()).increment(0);
+    }
     metrics::counter!(CANARY_ROLLBACKS, "route" => r()).increment(0);
     for (d, weight) in destinations {
         metrics::gauge!(CONFIGURED_WEIGHT, "route" => r(), "destination" => Arc::clone(d))
@@ -514,6 +603,10 @@ mod tests {
             r#"infergate_gateway_retry_budget_exhausted_total{route="fresh"} 0"#.into(),
             r#"infergate_gateway_canary_rollbacks_total{route="fresh"} 0"#.into(),
             r#"infergate_gateway_configured_weight{route="fresh",destination="canary"} 10"#.into(),
+            r#"infergate_gateway_request_bytes_total{route="r",destination="canary"} 0"#.into(),
+            r#"infergate_gateway_response_bytes_total{route="r",destination="canary"} 0"#.into(),
+            r#"infergate_gateway_retry_outcomes_total{route="fresh",outcome="attempted"} 0"#.into(),
+            r#"infergate_gateway_retry_outcomes_total{route="fresh",outcome="deadline_exceeded"} 0"#.into(),
         ] {
             assert!(text.contains(&line), "missing {line} in:\n{text}");
         }

@@ -8,6 +8,7 @@
 //! stream is routed on its first message, and every message, that one included, passes the same checks on
 //! its way upstream (`stream.rs`).
 
+mod body_bytes;
 mod observe;
 mod stream;
 
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use http::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
 use http::{Method, Request, Response};
+use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use tokio::time::Instant;
 
@@ -37,6 +39,7 @@ use crate::retry::{self, ReplayBody, RetryError, SendTry, UpstreamFailure};
 use crate::route::{ModelRef, RequestFacts};
 use crate::split::{rewrite_grpc_version, rewrite_rest_path};
 use crate::upstream::{FailureKind, Upstream, UpstreamBody, UpstreamError};
+use body_bytes::{Counted, RequestTally};
 use observe::{BodyEnd, Observed};
 use stream::{CheckedMessages, EndsWithVerdict, StreamPolicy, Verdict};
 
@@ -52,7 +55,7 @@ pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<
     let grpc = bridge::is_grpc(req.headers());
     let rules = state.snapshot();
     let mut labels = Labels::default();
-    let mut req = req;
+    let mut req = count_request_bytes(req, &mut labels);
     let request_id = headers::ensure_request_id(req.headers_mut());
     let result = run(&state, &rules, &conn, req, grpc, started, &mut labels).await;
     let resp = match result {
@@ -73,6 +76,16 @@ pub async fn handle(state: Arc<RuntimeState>, conn: Arc<ConnInfo>, req: Request<
     resp
 }
 
+/// Wraps a request body that has bytes to count; the tally goes to the labels, which name its counter.
+fn count_request_bytes(req: Request<Body>, labels: &mut Labels) -> Request<Body> {
+    if req.body().is_end_stream() {
+        return req;
+    }
+    let tally = Arc::new(RequestTally::default());
+    labels.request_bytes = Some(Arc::clone(&tally));
+    req.map(|body| boxed(Counted::new(body, tally)))
+}
+
 /// What the request's metrics are labelled with, gathered along the way.
 #[derive(Default)]
 struct Labels {
@@ -84,14 +97,17 @@ struct Labels {
     error: Option<&'static str>,
     /// The gateway refused the request (quota, overload): counted, but kept out of the latency histogram.
     refused: bool,
+    /// The request body's byte count, when it has a body.
+    request_bytes: Option<Arc<RequestTally>>,
 }
 
 impl Labels {
     /// Records the request's duration (unless the gateway refused it) and counts it in `requests_total`:
     /// at once when the status is known from the response head, or when the body ends for a gRPC
     /// response whose status comes in trailers.
-    fn record(self, resp: Response<Body>, grpc: bool, started: Instant) -> Response<Body> {
+    fn record(mut self, resp: Response<Body>, grpc: bool, started: Instant) -> Response<Body> {
         let status = resp.status().as_u16();
+        let resp = self.count_bytes(resp);
         if !self.refused {
             let elapsed = started.elapsed();
             match &self.destination {
@@ -125,6 +141,28 @@ impl Labels {
             }
         });
         Response::from_parts(parts, boxed(body))
+    }
+
+    /// Names the counter of the request's body bytes and counts the response's body bytes as they are sent,
+    /// both under the chosen destination (or `none`).
+    fn count_bytes(&mut self, resp: Response<Body>) -> Response<Body> {
+        let (request_counter, response_counter) = match &self.destination {
+            Some(d) => (d.request_bytes().clone(), d.response_bytes().clone()),
+            None => {
+                let labels = || [("route", self.route_label()), ("destination", "none".into())];
+                (
+                    metrics::counter!(m::REQUEST_BYTES, &labels()),
+                    metrics::counter!(m::RESPONSE_BYTES, &labels()),
+                )
+            }
+        };
+        if let Some(tally) = self.request_bytes.take() {
+            tally.count_into(request_counter);
+        }
+        if resp.body().is_end_stream() {
+            return resp;
+        }
+        resp.map(|body| boxed(Counted::new(body, response_counter)))
     }
 
     fn count(&self, status: u16, grpc_status: Option<u32>) {

@@ -1,13 +1,15 @@
-//! The protocols the load speaks: HTTP/1.1 and h2c (hyper's pooled client) and gRPC (tonic, the
-//! `inference.GRPCInferenceService` client of `infergate-protocol`). Each call returns an [`Outcome`]: the model
-//! version that answered, or the kind of failure.
+//! The protocols the load speaks: HTTP/1.1 and h2c (hyper's pooled client), h2 over TLS (one multiplexed
+//! connection, [`crate::tls`]) and gRPC (tonic, the `inference.GRPCInferenceService` client of
+//! `infergate-protocol`). Each call returns an [`Outcome`]: the model version that answered, or the kind of failure.
 
 use std::error::Error as StdError;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -21,6 +23,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::payload::Payload;
 use crate::record::{ErrorKind, Outcome};
 use crate::target::Target;
+use crate::tls::{TlsConnection, TlsError, TlsOptions};
 
 /// The wire protocol of the load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
@@ -30,6 +33,10 @@ pub enum Protocol {
     Http1,
     /// KServe V2 REST over HTTP/2 with prior knowledge (one multiplexed connection).
     H2c,
+    /// KServe V2 REST over HTTP/2 over TLS, ALPN `h2` (one multiplexed connection; `--ca` or `--insecure`).
+    /// Not for scenario files, which carry no CA: `bench` only.
+    #[serde(skip_deserializing)]
+    H2,
     /// KServe V2 gRPC over h2c.
     Grpc,
 }
@@ -60,7 +67,25 @@ pub struct Client {
 #[derive(Clone)]
 enum Inner {
     Rest(HyperClient<HttpConnector, Full<Bytes>>),
+    /// h2 over TLS, or why it could not be set up (every request then fails to connect, saying why).
+    RestTls(Result<TlsConnection, Arc<TlsError>>),
     Grpc(GrpcInferenceServiceClient<Channel>),
+}
+
+/// Why a REST request got no response.
+enum SendFailure {
+    /// No connection could be made (refused, unreachable, TLS handshake).
+    Connect(String),
+    /// The connection failed during the exchange.
+    Io(String),
+}
+
+impl SendFailure {
+    fn reason(self) -> String {
+        match self {
+            SendFailure::Connect(r) | SendFailure::Io(r) => r,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -70,9 +95,14 @@ struct VersionOnly {
 }
 
 impl Client {
-    /// A client that connects lazily to `target`; each request gives up after `timeout`.
+    /// A client that connects lazily to `target`; each request gives up after `timeout`. For
+    /// [`Protocol::H2`], which needs to know how to check the server, use [`Client::with_tls`]; here it trusts
+    /// no server and says so on every request.
     pub fn new(target: Target, protocol: Protocol, timeout: Duration) -> Self {
         let inner = match protocol {
+            Protocol::H2 => Inner::RestTls(
+                TlsConnection::new(target.addr, &TlsOptions::default(), timeout).map_err(Arc::new),
+            ),
             Protocol::Http1 | Protocol::H2c => {
                 let mut connector = HttpConnector::new();
                 connector.set_nodelay(true);
@@ -111,23 +141,65 @@ impl Client {
         }
     }
 
+    /// A client for h2 over TLS to `target`, checking the server as `tls` says; connects on first use.
+    pub fn with_tls(target: Target, timeout: Duration, tls: &TlsOptions) -> Result<Self, TlsError> {
+        Ok(Self {
+            inner: Inner::RestTls(Ok(TlsConnection::new(target.addr, tls, timeout)?)),
+            target,
+            timeout,
+        })
+    }
+
+    /// `http://ADDR`, or `https://ADDR` over TLS.
+    fn base_uri(&self) -> String {
+        match self.inner {
+            Inner::RestTls(_) => format!("https://{}", self.target.addr),
+            _ => self.target.base_uri(),
+        }
+    }
+
+    /// Sends a REST request on the client's connection(s).
+    async fn send_rest(&self, req: Request<Full<Bytes>>) -> Result<http::Response<Incoming>, SendFailure> {
+        match &self.inner {
+            Inner::Rest(client) => client.request(req).await.map_err(|e| {
+                if e.is_connect() || refused(&e) {
+                    SendFailure::Connect(chain(&e))
+                } else {
+                    SendFailure::Io(chain(&e))
+                }
+            }),
+            Inner::RestTls(Ok(connection)) => {
+                let mut sender = connection
+                    .sender()
+                    .await
+                    .map_err(|e| SendFailure::Connect(e.to_string()))?;
+                sender
+                    .send_request(req)
+                    .await
+                    .map_err(|e| SendFailure::Io(chain(&e)))
+            }
+            Inner::RestTls(Err(e)) => Err(SendFailure::Connect(e.to_string())),
+            Inner::Grpc(_) => Err(SendFailure::Io("a gRPC client sends no REST requests".into())),
+        }
+    }
+
     /// The model's metadata, over the client's own protocol.
     pub async fn metadata(&self, model: &str) -> Result<ModelMetadata, ClientError> {
-        let uri = format!("{}/v2/models/{model}", self.target.base_uri());
+        let uri = format!("{}/v2/models/{model}", self.base_uri());
         let fail = |reason: String| ClientError::Metadata {
             uri: uri.clone(),
             model: model.to_owned(),
             reason,
         };
         match &self.inner {
-            Inner::Rest(client) => {
+            Inner::Rest(_) | Inner::RestTls(_) => {
                 let req = Request::get(&uri)
                     .body(Full::new(Bytes::new()))
                     .map_err(|e| fail(e.to_string()))?;
-                let resp = tokio::time::timeout(self.timeout, client.request(req))
+                let resp = tokio::time::timeout(self.timeout, self.send_rest(req))
                     .await
                     .map_err(|_| fail("timed out".into()))?
-                    .map_err(|e| fail(chain(&e)))?;
+                    .map_err(|e| fail(e.reason()))?;
                 let status = resp.status();
                 let body = resp
                     .into_body()
@@ -188,9 +260,9 @@ impl Client {
 
     async fn infer_inner(&self, payload: &Payload, i: u64, caller: &HeaderValue) -> Outcome {
         match &self.inner {
-            Inner::Rest(client) => {
+            Inner::Rest(_) | Inner::RestTls(_) => {
                 let body = payload.rest(i);
-                let uri = format!("{}/v2/models/{}/infer", self.target.base_uri(), payload.model);
+                let uri = format!("{}/v2/models/{}/infer", self.base_uri(), payload.model);
                 let mut req = Request::builder().method(Method::POST).uri(uri);
                 req = req.header("x-caller-id", caller.clone());
                 req = match body.header_len {
@@ -202,10 +274,10 @@ impl Client {
                 let Ok(req) = req.body(Full::new(body.bytes.clone())) else {
                     return Outcome::Err(ErrorKind::Io);
                 };
-                let resp = match client.request(req).await {
+                let resp = match self.send_rest(req).await {
                     Ok(r) => r,
-                    Err(e) if e.is_connect() || refused(&e) => return Outcome::Err(ErrorKind::Connect),
-                    Err(_) => return Outcome::Err(ErrorKind::Io),
+                    Err(SendFailure::Connect(_)) => return Outcome::Err(ErrorKind::Connect),
+                    Err(SendFailure::Io(_)) => return Outcome::Err(ErrorKind::Io),
                 };
                 let status = resp.status();
                 let header_len = resp

@@ -16,6 +16,7 @@ pub mod record;
 pub mod report;
 pub mod soak;
 pub mod target;
+pub mod tls;
 pub mod trend;
 
 pub use client::{Client, Protocol};
@@ -23,3 +24,4 @@ pub use load::{CallerSpec, LoadPlan, Pace};
 pub use payload::{Payload, PayloadKind};
 pub use record::{ErrorKind, Outcome, Recorder, Summary};
 pub use target::Target;
+pub use tls::{TlsError, TlsOptions};

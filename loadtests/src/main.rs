@@ -12,7 +12,7 @@ use infergate_loadtests::case::{self, RunOptions, spec::parse_duration};
 use infergate_loadtests::load::{self, CallerSpec, LoadPlan, Pace};
 use infergate_loadtests::report::Report;
 use infergate_loadtests::soak::{self, Limits, SoakOptions};
-use infergate_loadtests::{Client, Payload, PayloadKind, Protocol, Target, plot, pod};
+use infergate_loadtests::{Client, Payload, PayloadKind, Protocol, Target, TlsOptions, plot, pod};
 
 /// Load generator and scenario runner for infergate (and any KServe V2 server).
 #[derive(Debug, Parser)]
@@ -80,6 +80,16 @@ struct BenchArgs {
     /// Wire protocol.
     #[arg(long, value_enum, default_value = "http1")]
     protocol: Protocol,
+    /// With `--protocol h2`: PEM file of the CAs that sign the server's certificate.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// With `--protocol h2`: accept any server certificate (self-signed test servers).
+    #[arg(long)]
+    insecure: bool,
+    /// With `--protocol h2`: the name the server's certificate must carry, also sent as SNI (default: the
+    /// target's IP address).
+    #[arg(long)]
+    server_name: Option<String>,
     /// Model name.
     #[arg(long)]
     model: String,
@@ -247,7 +257,18 @@ async fn bench(args: BenchArgs) -> anyhow::Result<bool> {
     if plan.duration.is_none() && plan.requests.is_none() {
         bail!("give --duration or --requests (or both) to bound the run");
     }
-    let client = Client::new(target, args.protocol, timeout);
+    let tls = TlsOptions {
+        ca: args.ca.clone(),
+        insecure: args.insecure,
+        server_name: args.server_name.clone(),
+    };
+    let client = match args.protocol {
+        Protocol::H2 => Client::with_tls(target, timeout, &tls)?,
+        _ if tls != TlsOptions::default() => {
+            bail!("--ca, --insecure and --server-name apply to --protocol h2 (h2 over TLS) only")
+        }
+        other => Client::new(target, other, timeout),
+    };
     let payload = match &args.replay {
         Some(dir) => Payload::replay(&args.model, dir)?,
         None => {

@@ -1,8 +1,12 @@
-//! SVG plots of a run: latency percentiles over time, throughput over time, and the share of answers per
-//! model version over time with the configured weights drawn beside it as dashed lines.
+//! Plots of a run, each as SVG and as PNG: latency percentiles over time, throughput over time, and the share
+//! of answers per model version over time with the configured weights drawn beside it as dashed lines.
+//!
+//! plotters draws the SVG; the PNG is that SVG rasterised by resvg, so the two are one picture. The PNG's text
+//! uses the system's fonts (a sans-serif one such as DejaVu Sans); without any, the PNG has lines and no text.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use plotters::prelude::*;
 use thiserror::Error;
@@ -26,8 +30,9 @@ const COLOURS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-/// Draws `<stem>-latency.svg`, `<stem>-throughput.svg` and, when versions answered, `<stem>-versions.svg`
-/// into `dir`. `weights` are the configured shares per version (in percent), drawn as dashed lines.
+/// Draws `<stem>-latency`, `<stem>-throughput` and, when versions answered, `<stem>-versions`, each as `.svg`
+/// and `.png`, into `dir`. `weights` are the configured shares per version (in percent), drawn as dashed lines.
+/// Returns the files written.
 pub fn draw(
     dir: &Path,
     stem: &str,
@@ -56,6 +61,7 @@ pub fn draw(
         "seconds",
     )?;
     written.push(lat.display().to_string());
+    written.push(png_beside(&lat)?.display().to_string());
     let thr = dir.join(format!("{stem}-throughput.svg"));
     let series = [(
         "req/s",
@@ -74,6 +80,7 @@ pub fn draw(
         "seconds",
     )?;
     written.push(thr.display().to_string());
+    written.push(png_beside(&thr)?.display().to_string());
     let named: Vec<&String> = s.versions.keys().filter(|v| v.as_str() != "-").collect();
     if !named.is_empty() {
         let ver = dir.join(format!("{stem}-versions.svg"));
@@ -113,6 +120,7 @@ pub fn draw(
             "seconds",
         )?;
         written.push(ver.display().to_string());
+        written.push(png_beside(&ver)?.display().to_string());
     }
     Ok(written)
 }
@@ -187,4 +195,107 @@ pub(crate) fn lines(
         .map_err(|e| fail(&e))?;
     root.present().map_err(|e| fail(&e))?;
     Ok(())
+}
+
+/// The system's fonts, loaded once per process, with `sans-serif` pointed at the first common sans-serif
+/// family found (fontdb's own default, Arial, is missing from most Linux machines).
+fn fonts() -> Arc<resvg::usvg::fontdb::Database> {
+    static FONTS: OnceLock<Arc<resvg::usvg::fontdb::Database>> = OnceLock::new();
+    Arc::clone(FONTS.get_or_init(|| {
+        let mut db = resvg::usvg::fontdb::Database::new();
+        db.load_system_fonts();
+        let families: Vec<String> = db
+            .faces()
+            .flat_map(|f| f.families.iter().map(|(name, _)| name.clone()))
+            .collect();
+        if let Some(sans) = [
+            "DejaVu Sans",
+            "Liberation Sans",
+            "Noto Sans",
+            "Arial",
+            "Helvetica",
+        ]
+        .into_iter()
+        .find(|want| families.iter().any(|have| have == want))
+        {
+            db.set_sans_serif_family(sans);
+        } else {
+            tracing::warn!(
+                "no sans-serif font found: the PNG plots have no text (install fonts-dejavu-core)"
+            );
+        }
+        Arc::new(db)
+    }))
+}
+
+/// Rasterises the SVG at `svg` into a PNG of the same size and name beside it; returns the PNG's path.
+fn png_beside(svg: &Path) -> Result<PathBuf, PlotError> {
+    let png = svg.with_extension("png");
+    let fail = |e: &dyn std::fmt::Display| PlotError {
+        path: png.display().to_string(),
+        reason: e.to_string(),
+    };
+    let data = std::fs::read(svg).map_err(|e| fail(&e))?;
+    let options = resvg::usvg::Options {
+        fontdb: fonts(),
+        ..Default::default()
+    };
+    let tree = resvg::usvg::Tree::from_data(&data, &options).map_err(|e| fail(&e))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| fail(&format!("cannot hold a {}x{} image", size.width(), size.height())))?;
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap.save_png(&png).map_err(|e| fail(&e))?;
+    Ok(png)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Outcome;
+    use crate::record::Recorder;
+    use std::time::Duration;
+
+    #[test]
+    fn each_plot_is_written_as_svg_and_as_a_png_of_the_same_size() {
+        let mut r = Recorder::new(Duration::from_millis(100));
+        for i in 0..50u64 {
+            let version = if i % 4 == 0 { "2" } else { "1" };
+            r.record(
+                Duration::from_millis(i * 10),
+                Duration::from_micros(500 + i * 20),
+                &Outcome::Ok(Some(version.to_owned())),
+            );
+        }
+        let summary = r.summary(Duration::from_millis(500));
+        let dir = tempfile::tempdir().unwrap();
+        let weights = BTreeMap::from([("1".to_owned(), 75.0), ("2".to_owned(), 25.0)]);
+        let written = draw(dir.path(), "run", "test", &summary, &weights).unwrap();
+        for stem in ["run-latency", "run-throughput", "run-versions"] {
+            let svg = dir.path().join(format!("{stem}.svg"));
+            let png = dir.path().join(format!("{stem}.png"));
+            assert!(written.contains(&svg.display().to_string()), "{written:?}");
+            assert!(written.contains(&png.display().to_string()), "{written:?}");
+            let bytes = std::fs::read(&png).unwrap();
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{stem}: not a PNG");
+            // IHDR: width and height, big-endian, right after the chunk's length and type.
+            let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+            let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+            assert_eq!((width, height), (900, 420), "{stem}: the SVG's size");
+            let pixmap = resvg::tiny_skia::Pixmap::decode_png(&bytes).unwrap();
+            let coloured = pixmap
+                .pixels()
+                .iter()
+                .filter(|p| p.red() != p.green() || p.green() != p.blue())
+                .count();
+            assert!(
+                coloured > 100,
+                "{stem}: the series' coloured lines are drawn ({coloured} pixels)"
+            );
+        }
+    }
 }

@@ -21,3 +21,4 @@ pub use error::{EngineError, ErrorKind, Result};
 pub use model::{Dim, Model, PlanInput, Signature, TensorSpec};
 pub use session::{AdapterChoice, ExecutorKind, Session, SessionOptions};
 pub use tensor::{DataType, Element, Tensor};
+pub use wgpu::{DeviceMemory, device_memory};

@@ -1,6 +1,6 @@
 //! The Prometheus text served on the metrics port: Triton's `nv_*` names and labels, plus histograms
-//! (request latency, queue latency, batch size), per-model device memory, readiness, the host's CPU and
-//! memory, build info and process metrics.
+//! (request latency, queue latency, batch size), device memory per model and per device, readiness, the
+//! host's CPU and memory, build info and process metrics.
 
 use std::fmt::Write;
 use std::sync::{Arc, LazyLock};
@@ -269,8 +269,29 @@ pub fn render_readiness(out: &mut String, server_ready: bool, models: &[(String,
     }
 }
 
+/// Appends `infergate_gpu_memory_allocated_bytes{device}`: what the engine's plans hold on each device the
+/// process has opened, from the engine's own account of the buffers it created (not the driver's view of the
+/// whole device, which wgpu does not give). A device is listed, at zero, from the moment a model opens it.
+pub fn render_device_memory(out: &mut String) {
+    family(
+        out,
+        "infergate_gpu_memory_allocated_bytes",
+        "gauge",
+        "Device (GPU) memory the engine's buffers hold on each device, by adapter name",
+    );
+    for d in infergate_engine::device_memory() {
+        let _ = writeln!(
+            out,
+            "infergate_gpu_memory_allocated_bytes{{device=\"{}\"}} {}",
+            esc(&d.device),
+            d.allocated_bytes
+        );
+    }
+}
+
 /// Appends the host's CPU and memory (Triton's `nv_cpu_*`), build info and the process metrics.
 pub fn render_host(out: &mut String) {
+    render_device_memory(out);
     HOST_CPU.render(out);
     infergate_telemetry::render_build_info(out, "backend", env!("CARGO_PKG_VERSION"));
     infergate_telemetry::render_process_metrics(out);

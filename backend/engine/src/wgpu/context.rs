@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 
 use super::adapter::{self, AdapterRequest};
 use super::error::{GpuError, GpuErrorKind, GpuResult};
+use super::memory;
 use super::template::KernelSource;
 
 /// The device half shared by the context and its submission thread.
@@ -19,6 +20,8 @@ pub(crate) struct GpuDevice {
     pub(crate) info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
     pub(crate) has_f16: bool,
+    /// Bytes the engine's plans hold on this device (shared by every device on the same adapter).
+    pub(crate) memory: Arc<AtomicU64>,
     lost: Arc<Mutex<Option<String>>>,
 }
 
@@ -148,6 +151,7 @@ impl GpuContext {
         let dev = Arc::new(GpuDevice {
             device,
             queue,
+            memory: memory::counter(&info.name),
             info,
             limits,
             has_f16,

@@ -13,6 +13,7 @@ use wgpu::util::DeviceExt;
 use super::context::{GpuContext, GpuDevice};
 use super::dtype::{self, DType, HostType};
 use super::error::{GpuError, GpuResult};
+use super::memory::Allocation;
 use super::pool;
 use super::template::KernelSource;
 
@@ -589,6 +590,7 @@ impl PlanBuilder {
         }
         let device_bytes =
             buffers.iter().map(wgpu::Buffer::size).sum::<u64>() + params_buffer.size() + readback.size();
+        let held = Allocation::new(&dev.memory, device_bytes);
         Ok(Plan {
             uploaded: vec![true; self.inputs.len()],
             dev,
@@ -602,6 +604,7 @@ impl PlanBuilder {
             readback_bytes,
             _params: params_buffer,
             device_bytes,
+            _held: held,
             pool_slots: assignment.slot_sizes.len(),
         })
     }
@@ -646,6 +649,8 @@ pub(crate) struct Plan {
     readback_bytes: u64,
     _params: wgpu::Buffer,
     device_bytes: u64,
+    /// `device_bytes`, counted in the device's total for as long as the plan lives.
+    _held: Allocation,
     pool_slots: usize,
 }
 
