@@ -375,15 +375,18 @@ pub fn specialise(
     compact(sp, graph, outputs)
 }
 
-/// The sizes given to every dynamic input dim by [`probe_shapes`]. They are large enough that a backbone's
-/// downsampling (stride 32 or 64) leaves spatial dims above 1 in one of them: with tiny probes a
-/// [N, C, H, W] feature map shrinks to [N, C, 1, 1] and looks like a squeeze-and-excitation scale, so a
-/// shape condition checked on them would hold only for the probes. Multiples of 32 keep U-Net-style skip
-/// connections (upsampled features concatenated with earlier ones) consistent.
-const PROBE_SIZES: [usize; 2] = [64, 96];
+/// The sizes [`probe_shapes`] tries for every dynamic input dim, in order; it keeps the first two the model
+/// accepts. The first two are large enough that a backbone's downsampling (stride 32 or 64) leaves spatial
+/// dims above 1 in one of them: with tiny probes a [N, C, H, W] feature map shrinks to [N, C, 1, 1] and looks
+/// like a squeeze-and-excitation scale, so a shape condition checked on them would hold only for the probes.
+/// Multiples of 32 keep U-Net-style skip connections (upsampled features concatenated with earlier ones)
+/// consistent. The later ones serve models whose dynamic dims only take a range: a text recogniser whose
+/// height must pool down to 1 (PP-OCRv4's accepts heights up to 80) refuses 96 and above.
+const PROBE_SIZES: [usize; 5] = [64, 96, 80, 128, 48];
 
-/// Concrete shapes of every value for two probe sizes of the dynamic input dims ([`PROBE_SIZES`]), or
-/// `None` when the graph has host inputs or a probe fails. Passes use it to check shape conditions.
+/// Concrete shapes of every value for two probe sizes of the dynamic input dims (the first two of
+/// [`PROBE_SIZES`] whose shape inference succeeds), or `None` when the graph has host inputs or fewer than two
+/// probes succeed. Passes use it to check shape conditions.
 pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>>; 2]> {
     if !host_inputs(graph).is_empty() {
         return None;
@@ -406,7 +409,13 @@ pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>
                 }
             })
             .collect();
-        let sp = run_spec(graph, None, &[], &plan).ok()?;
+        let sp = match run_spec(graph, None, &[], &plan) {
+            Ok(sp) => sp,
+            Err(e) => {
+                tracing::debug!(size, error = %e, "probe shape inference refused this size");
+                return None;
+            }
+        };
         let mut m: HashMap<ValueId, Vec<usize>> = HashMap::new();
         for (k, v) in &sp.info {
             m.insert(*k, v.1.clone());
@@ -419,7 +428,8 @@ pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>
         }
         Some(m)
     };
-    Some([probe(PROBE_SIZES[0])?, probe(PROBE_SIZES[1])?])
+    let mut found = PROBE_SIZES.iter().filter_map(|&size| probe(size));
+    Some([found.next()?, found.next()?])
 }
 
 fn run_spec<'g>(

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::ir::{BinaryOp, EpilogueStep, Graph, Op, UnaryOp};
-use crate::passes::{is_output, producers, replace_uses};
+use crate::passes::{is_output, replace_uses, sweep};
 use crate::tensor::Tensor;
 
 /// Drop Identity nodes (Dropout became Identity at load) unless they name a graph output.
@@ -35,46 +35,46 @@ fn f32s(t: &Tensor) -> Option<Vec<f32>> {
 
 /// BatchNormalization(Conv(x, w, b)) → Conv(x, w·s, (b − mean)·s + beta) with s = scale/√(var+ε).
 pub(crate) fn fold_batchnorm(g: &mut Graph) -> Result<bool> {
-    let uses = g.use_counts();
-    let prod = producers(g);
-    for bi in 0..g.nodes.len() {
+    sweep(g, |g, facts, bi| {
         let Op::BatchNormalization { epsilon } = g.nodes[bi].op else {
-            continue;
+            return Ok(None);
         };
         let bn = &g.nodes[bi];
         let (Some(x), Some(y)) = (bn.input(0), bn.output(0)) else {
-            continue;
+            return Ok(None);
         };
         let params: Option<Vec<Vec<f32>>> = (1..5)
             .map(|k| bn.input(k).and_then(|v| g.constants.get(&v)).and_then(f32s))
             .collect();
-        let Some(p) = params else { continue };
-        let Some(&ci) = prod.get(&x) else { continue };
-        if uses[x.0] != 1 || is_output(g, x) {
-            continue;
+        let Some(p) = params else { return Ok(None) };
+        let Some(&ci) = facts.producers.get(&x) else {
+            return Ok(None);
+        };
+        if facts.uses[x.0] != 1 || is_output(g, x) {
+            return Ok(None);
         }
         let conv = &g.nodes[ci];
         let Op::Conv { activation, .. } = &conv.op else {
-            continue;
+            return Ok(None);
         };
         if !activation.is_empty() {
-            continue;
+            return Ok(None);
         }
         let Some(w) = conv
             .input(1)
             .and_then(|v| g.constants.get(&v))
             .and_then(|t| f32s(t).map(|d| (d, t.shape.clone())))
         else {
-            continue;
+            return Ok(None);
         };
         let m = w.1[0];
         if p.iter().any(|v| v.len() != m) {
-            continue;
+            return Ok(None);
         }
         let bias: Vec<f32> = match conv.input(2) {
             Some(b) => match g.constants.get(&b).and_then(f32s) {
                 Some(b) if b.len() == m => b,
-                _ => continue,
+                _ => return Ok(None),
             },
             None => vec![0.0; m],
         };
@@ -98,34 +98,33 @@ pub(crate) fn fold_batchnorm(g: &mut Graph) -> Result<bool> {
         conv.inputs[2] = Some(bid);
         conv.outputs[0] = Some(y);
         g.nodes.remove(bi);
-        return Ok(true);
-    }
-    Ok(false)
+        Ok(Some(bi))
+    })
 }
 
 /// MatMul(Transpose(a, perm swapping the last two dims), b) → MatMul { trans_a } (same for b).
 pub(crate) fn transpose_into_matmul(g: &mut Graph) -> Result<bool> {
-    let uses = g.use_counts();
-    let prod = producers(g);
-    for mi in 0..g.nodes.len() {
+    sweep(g, |g, facts, mi| {
         let Op::MatMul { epilogue, .. } = &g.nodes[mi].op else {
-            continue;
+            return Ok(None);
         };
         if !epilogue.is_empty() {
-            continue;
+            return Ok(None);
         }
         for side in 0..2 {
             let Some(v) = g.nodes[mi].input(side) else {
                 continue;
             };
-            let Some(&ti) = prod.get(&v) else { continue };
+            let Some(&ti) = facts.producers.get(&v) else {
+                continue;
+            };
             let Op::Transpose { perm } = &g.nodes[ti].op else {
                 continue;
             };
             let r = perm.len();
             let swaps_last =
                 r >= 2 && perm[r - 1] == r - 2 && perm[r - 2] == r - 1 && (0..r - 2).all(|i| perm[i] == i);
-            if !swaps_last || uses[v.0] != 1 || is_output(g, v) {
+            if !swaps_last || facts.uses[v.0] != 1 || is_output(g, v) {
                 continue;
             }
             let Some(src) = g.nodes[ti].input(0) else { continue };
@@ -139,10 +138,11 @@ pub(crate) fn transpose_into_matmul(g: &mut Graph) -> Result<bool> {
             *flag = true;
             g.nodes[mi].inputs[side] = Some(src);
             g.nodes.remove(ti);
-            return Ok(true);
+            // the MatMul moved to mi - 1; look at it again for its other operand
+            return Ok(Some(mi - 1));
         }
-    }
-    Ok(false)
+        Ok(None)
+    })
 }
 
 fn epilogue_mut(op: &mut Op) -> Option<&mut crate::ir::Epilogue> {
@@ -155,19 +155,17 @@ fn epilogue_mut(op: &mut Op) -> Option<&mut crate::ir::Epilogue> {
 
 /// Unary(Conv|MatMul|Gemm(..)) → the producer with the unary appended to its epilogue (f32 only).
 pub(crate) fn fuse_activation(g: &mut Graph) -> Result<bool> {
-    let uses = g.use_counts();
-    let prod = producers(g);
-    for ui in 0..g.nodes.len() {
+    sweep(g, |g, facts, ui| {
         let Op::Unary(mut u) = g.nodes[ui].op else {
-            continue;
+            return Ok(None);
         };
         if u == UnaryOp::Not {
-            continue;
+            return Ok(None);
         }
         if g.nodes[ui].inputs.len() > 1 {
             // Clip with constant min/max inputs (opset ≥ 11): move the bounds into the op
             let UnaryOp::Clip { min, max } = &mut u else {
-                continue;
+                return Ok(None);
             };
             let bound = |k: usize| -> Option<Option<f64>> {
                 match g.nodes[ui].input(k) {
@@ -181,7 +179,7 @@ pub(crate) fn fuse_activation(g: &mut Graph) -> Result<bool> {
                 }
             };
             let (Some(lo), Some(hi)) = (bound(1), bound(2)) else {
-                continue;
+                return Ok(None);
             };
             if let Some(lo) = lo {
                 *min = lo;
@@ -191,73 +189,74 @@ pub(crate) fn fuse_activation(g: &mut Graph) -> Result<bool> {
             }
         }
         let (Some(x), Some(y)) = (g.nodes[ui].input(0), g.nodes[ui].output(0)) else {
-            continue;
+            return Ok(None);
         };
-        let Some(&pi) = prod.get(&x) else { continue };
-        if uses[x.0] != 1 || is_output(g, x) || g.values[x.0].dtype.is_some_and(|d| d != crate::DataType::F32)
+        let Some(&pi) = facts.producers.get(&x) else {
+            return Ok(None);
+        };
+        if facts.uses[x.0] != 1
+            || is_output(g, x)
+            || g.values[x.0].dtype.is_some_and(|d| d != crate::DataType::F32)
         {
-            continue;
+            return Ok(None);
         }
         let Some(e) = epilogue_mut(&mut g.nodes[pi].op) else {
-            continue;
+            return Ok(None);
         };
         e.steps.push(EpilogueStep::Unary(u));
         g.nodes[pi].outputs[0] = Some(y);
         g.nodes.remove(ui);
-        return Ok(true);
-    }
-    Ok(false)
+        Ok(Some(ui))
+    })
 }
 
 /// Binary(Conv|MatMul|Gemm(..), t) → the producer with a Binary epilogue step reading t, when t
 /// broadcasts into the producer's output without growing it (checked on both probe shapes, whose sizes keep
 /// downsampled feature maps above 1×1, so a squeeze-and-excitation `features · scale` stays unfused).
 pub(crate) fn fuse_binary(g: &mut Graph) -> Result<bool> {
-    let candidates: Vec<usize> = (0..g.nodes.len())
-        .filter(|&i| {
-            matches!(
-                g.nodes[i].op,
-                Op::Binary(
-                    BinaryOp::Add
-                        | BinaryOp::Sub
-                        | BinaryOp::Mul
-                        | BinaryOp::Div
-                        | BinaryOp::Max
-                        | BinaryOp::Min
-                )
+    let fusable = |op: &Op| {
+        matches!(
+            op,
+            Op::Binary(
+                BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min
             )
-        })
-        .collect();
-    if candidates.is_empty() {
+        )
+    };
+    if !g.nodes.iter().any(|n| fusable(&n.op)) {
         return Ok(false);
     }
-    let uses = g.use_counts();
-    let prod = producers(g);
+    // Shapes on the probes, inferred once per sweep: a fusion keeps every remaining value's shape.
     let mut probes = None;
-    for bi in candidates {
-        let Op::Binary(op) = g.nodes[bi].op else { continue };
+    sweep(g, |g, facts, bi| {
+        let Op::Binary(op) = g.nodes[bi].op else {
+            return Ok(None);
+        };
+        if !fusable(&g.nodes[bi].op) {
+            return Ok(None);
+        }
         let (Some(a), Some(b), Some(y)) = (g.nodes[bi].input(0), g.nodes[bi].input(1), g.nodes[bi].output(0))
         else {
-            continue;
+            return Ok(None);
         };
         for (side, (x, t)) in [(a, b), (b, a)].into_iter().enumerate() {
-            let Some(&pi) = prod.get(&x) else { continue };
-            if uses[x.0] != 1 || is_output(g, x) || x == t {
+            let Some(&pi) = facts.producers.get(&x) else {
+                continue;
+            };
+            if facts.uses[x.0] != 1 || is_output(g, x) || x == t {
                 continue;
             }
             if epilogue_mut(&mut g.nodes[pi].op).is_none() {
                 continue;
             }
             // t must be computed before the producer runs: a constant, an input, or produced earlier.
-            if let Some(&tp) = prod.get(&t)
+            if let Some(&tp) = facts.producers.get(&t)
                 && tp > pi
             {
                 continue;
             }
-            if probes.is_none() {
-                probes = Some(crate::specialise::probe_shapes(g));
-            }
-            let Some(Some(ps)) = &probes else { return Ok(false) };
+            let Some(ps) = probes.get_or_insert_with(|| crate::specialise::probe_shapes(g)) else {
+                return Ok(None);
+            };
             let fits = ps.iter().all(|m| match (m.get(&x), m.get(&t)) {
                 (Some(sx), Some(st)) => crate::ops::broadcast_shapes(st, sx).is_ok_and(|s| &s == sx),
                 _ => false,
@@ -281,8 +280,8 @@ pub(crate) fn fuse_binary(g: &mut Graph) -> Result<bool> {
             }
             g.nodes[pi].outputs[0] = Some(y);
             g.nodes.remove(bi);
-            return Ok(true);
+            return Ok(Some(bi));
         }
-    }
-    Ok(false)
+        Ok(None)
+    })
 }

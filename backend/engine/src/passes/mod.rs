@@ -3,6 +3,7 @@
 
 mod fold;
 mod fuse;
+mod hard_swish;
 mod patterns;
 #[cfg(test)]
 mod tests;
@@ -21,19 +22,25 @@ pub const PASSES: &[(&str, Pass)] = &[
     ("fold_batchnorm", fuse::fold_batchnorm),
     ("layer_norm", patterns::layer_norm),
     ("gelu", patterns::gelu),
+    ("hard_swish", hard_swish::hard_swish),
     ("transpose_into_matmul", fuse::transpose_into_matmul),
     ("fuse_activation", fuse::fuse_activation),
     ("fuse_binary", fuse::fuse_binary),
 ];
 
-/// Run every pass until the graph stops changing (at most 32 rounds).
+/// Run every pass until none changes the graph. Each pass rewrites every match it finds in one sweep, so a
+/// round is not limited to one fusion and large models reach the same fixpoint as small ones. The loop ends:
+/// a pass reports a change only when it removed at least one node or inlined an `If`, and neither can
+/// happen without end.
 pub fn optimise(mut graph: Graph) -> Result<Graph> {
-    for _ in 0..32 {
+    let mut rounds = 0usize;
+    loop {
+        rounds += 1;
         let mut changed = false;
         for (name, pass) in PASSES {
             let c = pass(&mut graph)?;
             if c {
-                tracing::trace!(pass = name, "graph changed");
+                tracing::trace!(pass = name, round = rounds, "graph changed");
             }
             changed |= c;
         }
@@ -41,7 +48,49 @@ pub fn optimise(mut graph: Graph) -> Result<Graph> {
             break;
         }
     }
+    tracing::debug!(rounds, nodes = graph.nodes.len(), "graph optimised");
     Ok(graph)
+}
+
+/// What the rewrites of a sweep read about the graph: how often each value is read and which node produces
+/// it. Recomputed after every rewrite, so each rewrite's checks see the graph as it is.
+pub(crate) struct Facts {
+    /// For each value, how many node inputs and graph outputs read it ([`Graph::use_counts`]).
+    pub(crate) uses: Vec<usize>,
+    /// Index of the node producing each value ([`producers`]).
+    pub(crate) producers: std::collections::HashMap<ValueId, usize>,
+}
+
+impl Facts {
+    fn of(g: &Graph) -> Facts {
+        Facts {
+            uses: g.use_counts(),
+            producers: producers(g),
+        }
+    }
+}
+
+/// Apply `rewrite_at` at every node index, front to back, and report whether any applied. `rewrite_at(g,
+/// facts, i)` returns the index to continue from when it rewrote the graph (a rewrite may remove nodes before
+/// and at `i`), or `None` to move on to `i + 1`. Every rewrite removes at least one node, so the sweep ends.
+pub(crate) fn sweep(
+    g: &mut Graph,
+    mut rewrite_at: impl FnMut(&mut Graph, &Facts, usize) -> Result<Option<usize>>,
+) -> Result<bool> {
+    let mut changed = false;
+    let mut facts = Facts::of(g);
+    let mut i = 0;
+    while i < g.nodes.len() {
+        match rewrite_at(g, &facts, i)? {
+            Some(next) => {
+                changed = true;
+                facts = Facts::of(g);
+                i = next;
+            }
+            None => i += 1,
+        }
+    }
+    Ok(changed)
 }
 
 /// Index of the node producing each value (top-level nodes only).

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::ir::{BinaryOp, Graph, Node, Op, ReduceOp, UnaryOp, ValueId};
-use crate::passes::{is_output, producers};
+use crate::passes::{is_output, sweep};
 
 fn scalar(g: &Graph, v: Option<ValueId>) -> Option<f64> {
     let t = g.constants.get(&v?)?;
@@ -48,44 +48,43 @@ fn single_use(g: &Graph, uses: &[usize], v: ValueId, n: usize) -> bool {
 
 /// Add(Mul(Div(Sub(x, mean(x)), Sqrt(Add(mean(Pow(Sub, 2)), ε))), γ), β) → LayerNormalization.
 pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
-    let uses = g.use_counts();
-    let prod = producers(g);
-    for (di, dn) in g.nodes.iter().enumerate() {
+    sweep(g, |g, facts, di| {
+        let dn = &g.nodes[di];
         if dn.op != Op::Binary(BinaryOp::Div) {
-            continue;
+            return Ok(None);
         }
-        let Some((_, sub)) = node(g, &prod, dn.input(0)) else {
-            continue;
+        let Some((_, sub)) = node(g, &facts.producers, dn.input(0)) else {
+            return Ok(None);
         };
-        let Some((_, sqrt)) = node(g, &prod, dn.input(1)) else {
-            continue;
+        let Some((_, sqrt)) = node(g, &facts.producers, dn.input(1)) else {
+            return Ok(None);
         };
         if sub.op != Op::Binary(BinaryOp::Sub) || sqrt.op != Op::Unary(UnaryOp::Sqrt) {
-            continue;
+            return Ok(None);
         }
-        let Some((_, mean)) = node(g, &prod, sub.input(1)) else {
-            continue;
+        let Some((_, mean)) = node(g, &facts.producers, sub.input(1)) else {
+            return Ok(None);
         };
         if !is_mean_last(g, mean) || mean.input(0) != sub.input(0) {
-            continue;
+            return Ok(None);
         }
-        let Some((_, add_eps)) = node(g, &prod, sqrt.input(0)) else {
-            continue;
+        let Some((_, add_eps)) = node(g, &facts.producers, sqrt.input(0)) else {
+            return Ok(None);
         };
         if add_eps.op != Op::Binary(BinaryOp::Add) {
-            continue;
+            return Ok(None);
         }
         let Some(eps) = scalar(g, add_eps.input(1)) else {
-            continue;
+            return Ok(None);
         };
-        let Some((_, var)) = node(g, &prod, add_eps.input(0)) else {
-            continue;
+        let Some((_, var)) = node(g, &facts.producers, add_eps.input(0)) else {
+            return Ok(None);
         };
         if !is_mean_last(g, var) {
-            continue;
+            return Ok(None);
         }
-        let Some((_, pow)) = node(g, &prod, var.input(0)) else {
-            continue;
+        let Some((_, pow)) = node(g, &facts.producers, var.input(0)) else {
+            return Ok(None);
         };
         let squares = match pow.op {
             Op::Binary(BinaryOp::Pow) => {
@@ -95,10 +94,12 @@ pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
             _ => false,
         };
         if !squares {
-            continue;
+            return Ok(None);
         }
         // optional affine tail: Mul(γ) then Add(β), both constants
-        let Some(div_out) = dn.output(0) else { continue };
+        let Some(div_out) = dn.output(0) else {
+            return Ok(None);
+        };
         let users: Vec<usize> = g
             .nodes
             .iter()
@@ -106,15 +107,17 @@ pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
             .filter(|(_, n)| n.inputs.contains(&Some(div_out)))
             .map(|(i, _)| i)
             .collect();
-        let [mi] = users[..] else { continue };
+        let [mi] = users[..] else { return Ok(None) };
         let mul = &g.nodes[mi];
         if mul.op != Op::Binary(BinaryOp::Mul) || mul.input(0) != Some(div_out) {
-            continue;
+            return Ok(None);
         }
         let Some(gamma) = mul.input(1).filter(|v| g.constants.contains_key(v)) else {
-            continue;
+            return Ok(None);
         };
-        let Some(mul_out) = mul.output(0) else { continue };
+        let Some(mul_out) = mul.output(0) else {
+            return Ok(None);
+        };
         let users: Vec<usize> = g
             .nodes
             .iter()
@@ -122,19 +125,19 @@ pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
             .filter(|(_, n)| n.inputs.contains(&Some(mul_out)))
             .map(|(i, _)| i)
             .collect();
-        let [ai] = users[..] else { continue };
+        let [ai] = users[..] else { return Ok(None) };
         let add = &g.nodes[ai];
         if add.op != Op::Binary(BinaryOp::Add) || add.input(0) != Some(mul_out) {
-            continue;
+            return Ok(None);
         }
         let Some(beta) = add.input(1).filter(|v| g.constants.contains_key(v)) else {
-            continue;
+            return Ok(None);
         };
         let sub_out = sub.output(0);
         let intermediates_private = sub_out.is_some_and(|v| {
             single_use(
                 g,
-                &uses,
+                &facts.uses,
                 v,
                 2 + usize::from(matches!(pow.op, Op::Binary(BinaryOp::Mul))),
             )
@@ -148,12 +151,12 @@ pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
             Some(mul_out),
         ]
         .iter()
-        .all(|v| v.is_some_and(|v| single_use(g, &uses, v, 1)));
+        .all(|v| v.is_some_and(|v| single_use(g, &facts.uses, v, 1)));
         if !intermediates_private {
-            continue;
+            return Ok(None);
         }
         let (Some(x), Some(y)) = (sub.input(0), add.output(0)) else {
-            continue;
+            return Ok(None);
         };
         let remove: Vec<ValueId> = [
             sub.output(0),
@@ -179,7 +182,6 @@ pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
             inputs: vec![Some(x), Some(gamma), Some(beta)],
             outputs: vec![Some(y)],
         };
-        let _ = di;
         g.nodes
             .retain(|n| !n.outputs.iter().flatten().any(|o| remove.contains(o) || *o == y));
         let pos = g
@@ -188,21 +190,20 @@ pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
             .position(|n| n.inputs.contains(&Some(y)))
             .unwrap_or(g.nodes.len());
         g.nodes.insert(pos, ln);
-        return Ok(true);
-    }
-    Ok(false)
+        // the rewrite moved nodes: look again from the start
+        Ok(Some(0))
+    })
 }
 
 /// x·0.5·(1 + erf(x/√2)) in its usual two orders → Unary(Gelu).
 pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
-    let uses = g.use_counts();
-    let prod = producers(g);
-    for en in g.nodes.iter() {
+    sweep(g, |g, facts, ei| {
+        let en = &g.nodes[ei];
         if en.op != Op::Unary(UnaryOp::Erf) {
-            continue;
+            return Ok(None);
         }
-        let Some((_, scale)) = node(g, &prod, en.input(0)) else {
-            continue;
+        let Some((_, scale)) = node(g, &facts.producers, en.input(0)) else {
+            return Ok(None);
         };
         let x = match scale.op {
             Op::Binary(BinaryOp::Div)
@@ -218,10 +219,14 @@ pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
             }
             _ => None,
         };
-        let Some(x) = x else { continue };
-        let Some(e_out) = en.output(0) else { continue };
+        let Some(x) = x else { return Ok(None) };
+        let Some(e_out) = en.output(0) else {
+            return Ok(None);
+        };
         let find_user = |v: ValueId| g.nodes.iter().position(|n| n.inputs.contains(&Some(v)));
-        let Some(ai) = find_user(e_out) else { continue };
+        let Some(ai) = find_user(e_out) else {
+            return Ok(None);
+        };
         let add = &g.nodes[ai];
         let one = if add.input(0) == Some(e_out) {
             add.input(1)
@@ -229,23 +234,31 @@ pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
             add.input(0)
         };
         if add.op != Op::Binary(BinaryOp::Add) || scalar(g, one) != Some(1.0) {
-            continue;
+            return Ok(None);
         }
-        let Some(a_out) = add.output(0) else { continue };
-        let Some(m1i) = find_user(a_out) else { continue };
+        let Some(a_out) = add.output(0) else {
+            return Ok(None);
+        };
+        let Some(m1i) = find_user(a_out) else {
+            return Ok(None);
+        };
         let m1 = &g.nodes[m1i];
         if m1.op != Op::Binary(BinaryOp::Mul) {
-            continue;
+            return Ok(None);
         }
         let other = if m1.input(0) == Some(a_out) {
             m1.input(1)
         } else {
             m1.input(0)
         };
-        let Some(m1_out) = m1.output(0) else { continue };
+        let Some(m1_out) = m1.output(0) else {
+            return Ok(None);
+        };
         // form A: Mul(Mul(x, 1+erf), 0.5); form B: Mul(Mul(x, 0.5), 1+erf)
         let (y, mut dead) = if other == Some(x) {
-            let Some(m2i) = find_user(m1_out) else { continue };
+            let Some(m2i) = find_user(m1_out) else {
+                return Ok(None);
+            };
             let m2 = &g.nodes[m2i];
             let half = if m2.input(0) == Some(m1_out) {
                 m2.input(1)
@@ -254,14 +267,14 @@ pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
             };
             if m2.op != Op::Binary(BinaryOp::Mul)
                 || scalar(g, half) != Some(0.5)
-                || !single_use(g, &uses, m1_out, 1)
+                || !single_use(g, &facts.uses, m1_out, 1)
             {
-                continue;
+                return Ok(None);
             }
             (m2.output(0), vec![m1_out])
         } else {
-            let Some((_, h)) = node(g, &prod, other) else {
-                continue;
+            let Some((_, h)) = node(g, &facts.producers, other) else {
+                return Ok(None);
             };
             let hx = if h.input(0) == Some(x) {
                 h.input(1)
@@ -270,18 +283,23 @@ pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
             };
             if h.op != Op::Binary(BinaryOp::Mul) || !h.inputs.contains(&Some(x)) || scalar(g, hx) != Some(0.5)
             {
-                continue;
+                return Ok(None);
             }
-            let Some(h_out) = h.output(0) else { continue };
-            if !single_use(g, &uses, h_out, 1) {
-                continue;
+            let Some(h_out) = h.output(0) else { return Ok(None) };
+            if !single_use(g, &facts.uses, h_out, 1) {
+                return Ok(None);
             }
             (Some(m1_out), vec![h_out])
         };
-        let Some(y) = y else { continue };
-        let Some(s_out) = scale.output(0) else { continue };
-        if ![s_out, e_out, a_out].iter().all(|&v| single_use(g, &uses, v, 1)) {
-            continue;
+        let Some(y) = y else { return Ok(None) };
+        let Some(s_out) = scale.output(0) else {
+            return Ok(None);
+        };
+        if ![s_out, e_out, a_out]
+            .iter()
+            .all(|&v| single_use(g, &facts.uses, v, 1))
+        {
+            return Ok(None);
         }
         dead.extend([s_out, e_out, a_out]);
         let name = en.name.clone();
@@ -301,7 +319,7 @@ pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
                 outputs: vec![Some(y)],
             },
         );
-        return Ok(true);
-    }
-    Ok(false)
+        // the rewrite moved nodes: look again from the start
+        Ok(Some(0))
+    })
 }
