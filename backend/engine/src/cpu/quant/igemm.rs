@@ -115,8 +115,8 @@ impl Taps {
             let mut oidx = vec![0usize; rank];
             for _ in 0..out_size {
                 let mut off = Some(0usize);
-                for d in 0..rank {
-                    let pos = (oidx[d] * g.strides[d] + kidx[d] * g.dilations[d]).checked_sub(g.pad_begin[d]);
+                for (d, (&o, &k)) in oidx.iter().zip(&kidx).enumerate() {
+                    let pos = (o * g.strides[d] + k * g.dilations[d]).checked_sub(g.pad_begin[d]);
                     off = match (off, pos) {
                         (Some(o), Some(p)) if p < g.input[d] => Some(o * g.input[d] + p),
                         _ => None,

@@ -181,7 +181,7 @@ pub(crate) fn dequantize(x: &[i32], scale: &[f32], zero_point: Option<&[i32]>, l
 pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
     let (lo, hi) = x.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
-    let zero_point = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
+    let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
     let y = x
         .iter()
         .map(|&v| quantize_one(v, scale, zero_point, (0, 255)) as u8)
