@@ -4,6 +4,7 @@
 #   ensure-zoo.sh [CACHE_DIR]          (default ~/.cache/infergate/zoo)
 # Env: INFERGATE_PYTHON (the project venv's python, for onnxruntime's reference outputs).
 # Torch and transformers live in CACHE_DIR/venv, not in the project venv: their wheels are large.
+# The quantized models (zoo/quantize_zoo.py) are made from the exports with the project venv's onnxruntime.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 zoo_src="$here/../backend/engine/zoo"
@@ -16,11 +17,24 @@ out="$cache/models"
 # Several test binaries may ask at once: one exports, the others wait for it.
 exec 9>"$cache/.lock"
 flock 9
+[ -x "$py" ] || { echo "ensure-zoo: no project venv python at $py (run \`make venv\`)" >&2; exit 1; }
+
+# The quantized models (zoo/quantize_zoo.py, with the project venv's onnxruntime) are a second stage with
+# its own stamp: changing the quantizer redoes only them, and a fresh export redoes them too.
+quantize() {
+  local quant_want
+  quant_want="$(cat "$zoo_src/quantize_zoo.py" "$zoo_src/zoo_reference.py" "$out/.stamp" | sha256sum | cut -d' ' -f1)"
+  if [ ! -f "$out/.quant-stamp" ] || [ "$(cat "$out/.quant-stamp")" != "$quant_want" ]; then
+    echo "==> zoo: quantized models (onnxruntime.quantization) into $out" >&2
+    "$py" "$zoo_src/quantize_zoo.py" "$out" >&2
+    echo "$quant_want" > "$out/.quant-stamp"
+  fi
+}
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$want" ]; then
+  quantize
   echo "$out"
   exit 0
 fi
-[ -x "$py" ] || { echo "ensure-zoo: no project venv python at $py (run \`make venv\`)" >&2; exit 1; }
 req_sum="$(sha256sum "$zoo_src/requirements.txt" | cut -d' ' -f1)"
 if [ ! -x "$cache/venv/bin/python" ] || [ "$(cat "$cache/venv/.requirements.sha256" 2>/dev/null)" != "$req_sum" ]; then
   echo "==> zoo: preparing the exporters' venv at $cache/venv (torch, torchvision, transformers; a few GB, once)" >&2
@@ -42,4 +56,5 @@ echo "==> zoo: onnxruntime reference outputs" >&2
 echo "$want" > "$out.tmp/.stamp"
 rm -rf "$out"
 mv "$out.tmp" "$out"
+quantize
 echo "$out"

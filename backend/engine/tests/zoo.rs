@@ -12,6 +12,8 @@ use infergate_engine::{ExecutorKind, Session, SessionOptions};
 /// Relative tolerance per element, and absolute tolerance as a fraction of the output's largest magnitude.
 const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-4;
+/// Absolute tolerance on the quantized models' outputs (class probabilities in [0, 1]).
+const QUANTIZED_ATOL: f64 = 0.05;
 
 fn check_cpu(name: &str) {
     let model = support::zoo::load(name);
@@ -97,4 +99,60 @@ fn hf_vit_small_matches_onnxruntime() {
 #[test]
 fn hf_whisper_encoder_matches_onnxruntime() {
     check_cpu("hf_whisper_encoder");
+}
+
+/// The quantized zoo models (`zoo/quantize_zoo.py`, onnxruntime.quantization applied to `ocr_cls`) record
+/// their quantizer and really contain the quantization operators.
+#[test]
+fn zoo_quantized_models_record_their_quantizer_and_operators() {
+    let dir = support::zoo::zoo_dir();
+    let models: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("quantized.json")).unwrap()).unwrap();
+    for (name, ops) in [
+        ("ocr_cls_qdq", &["QuantizeLinear", "DequantizeLinear"][..]),
+        ("ocr_cls_dynamic", &["DynamicQuantizeLinear", "ConvInteger"][..]),
+    ] {
+        let spec = &models[name];
+        assert!(
+            spec["exporter"]
+                .as_str()
+                .is_some_and(|s| s.contains("onnxruntime")),
+            "{name}: quantizer recorded: {spec}"
+        );
+        let used: Vec<&str> = spec["operators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        for op in ops {
+            assert!(used.contains(op), "{name} uses {op}: {used:?}");
+        }
+    }
+}
+
+/// Quantized models against onnxruntime. onnxruntime fuses the QDQ pairs into integer kernels and we run
+/// float kernels between them (weights dequantized at load), so an activation can land one quantization
+/// step apart and carry that to the output: the tolerance is absolute, in units of the output.
+fn check_quantized(name: &str, atol: f64) {
+    let model = support::zoo::load(name);
+    let session = Session::new(
+        model.clone(),
+        SessionOptions {
+            executor: ExecutorKind::Cpu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    support::zoo::check(&session, &model, name, &[1, 2], 0.0, atol);
+}
+
+#[test]
+fn ocr_cls_qdq_matches_onnxruntime() {
+    check_quantized("ocr_cls_qdq", QUANTIZED_ATOL);
+}
+
+#[test]
+fn ocr_cls_dynamic_matches_onnxruntime() {
+    check_quantized("ocr_cls_dynamic", QUANTIZED_ATOL);
 }

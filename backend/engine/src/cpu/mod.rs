@@ -18,6 +18,7 @@ pub(crate) mod norm;
 pub(crate) mod num;
 mod padded;
 pub(crate) mod pool;
+pub(crate) mod quant;
 pub(crate) mod reduce;
 pub(crate) mod rnn;
 mod simd;

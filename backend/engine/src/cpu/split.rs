@@ -197,6 +197,7 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
         | Op::ConstantOfShape { .. }
         | Op::Range
         | Op::CastLike
+        | Op::Quant(_)
         | Op::If { .. } => false,
     }
 }

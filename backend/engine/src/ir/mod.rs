@@ -2,6 +2,7 @@
 //! [`ValueId`]s, before ([`Graph`]) and after ([`ConcreteGraph`]) specialisation to input shapes.
 
 mod op;
+mod quant;
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,7 @@ pub use op::{
     AutoPad, BinaryOp, CoordTransform, Epilogue, EpilogueStep, NearestMode, Op, PadMode, ReduceOp,
     ResizeMode, RnnActivation, RnnAttrs, RnnDirection, UnaryOp,
 };
+pub use quant::{ConvWindow, QuantOp};
 
 use crate::tensor::{DataType, Tensor};
 

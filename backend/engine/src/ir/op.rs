@@ -697,6 +697,11 @@ pub enum Op {
         linear_before_reset: bool,
     },
 
+    // ----- quantization -----
+    /// Integer quantization operators (`ir/quant.rs`): QuantizeLinear, DequantizeLinear,
+    /// DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
+    Quant(crate::ir::QuantOp),
+
     // ----- control flow -----
     /// `[cond]` → outputs of the branch taken. Only in a `Graph`: inlined at load when `cond` is a
     /// constant, else at specialisation when `cond` is known on the host; otherwise unsupported.
@@ -756,6 +761,7 @@ impl Op {
             Op::SpaceToDepth { .. } => "SpaceToDepth",
             Op::Lstm { .. } => "LSTM",
             Op::Gru { .. } => "GRU",
+            Op::Quant(q) => q.name(),
             Op::If { .. } => "If",
         }
     }

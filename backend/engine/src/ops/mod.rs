@@ -18,6 +18,7 @@ mod norm;
 mod onnx;
 mod pool;
 mod prelude;
+mod quant;
 mod reduce;
 mod reshape;
 mod resize;
@@ -69,6 +70,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         movement::ONNX,
         resize::ONNX,
         rnn::ONNX,
+        quant::ONNX,
     ]
     .into_iter()
     .flatten()
@@ -107,6 +109,7 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         | Op::SpaceToDepth { .. } => &movement::FAMILY,
         Op::Resize { .. } => &resize::FAMILY,
         Op::Lstm { .. } | Op::Gru { .. } => &rnn::FAMILY,
+        Op::Quant(_) => &quant::FAMILY,
     }
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod elementwise;
 pub(crate) mod gather;
 pub(crate) mod matmul;
 pub(crate) mod pool;
+pub(crate) mod quant;
 pub(crate) mod reduce;
 pub(crate) mod rnn;
 
@@ -29,6 +30,11 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("lstm", rnn::WGSL_LSTM),
     ("gru", rnn::WGSL_GRU),
     ("gru_reset", rnn::WGSL_GRU_RESET),
+    ("quant", quant::WGSL),
+    ("dynamic_range", quant::WGSL_DYNAMIC_RANGE),
+    ("igemm", quant::WGSL_IGEMM),
+    ("iconv", quant::WGSL_ICONV),
+    ("requantize", quant::WGSL_REQUANTIZE),
 ];
 
 /// Representative specialisations of every kernel, for the naga test.
@@ -43,5 +49,6 @@ pub(crate) fn variants() -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::templ
     v.extend(pool::variants()?);
     v.extend(reduce::variants()?);
     v.extend(rnn::variants()?);
+    v.extend(quant::variants()?);
     Ok(v)
 }

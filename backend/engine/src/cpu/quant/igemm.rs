@@ -1,0 +1,147 @@
+//! Integer matrix products and convolutions: operands with their zero points subtracted (i16, so a
+//! UINT8 or INT8 value minus its zero point always fits) and INT32 accumulators, as MatMulInteger,
+//! ConvInteger, QLinearMatMul and QLinearConv define them. Products are exact; the sum wraps past
+//! the i32 range as onnxruntime's does.
+
+use rayon::prelude::*;
+
+/// Work (multiply-adds) below which a product runs on one thread.
+const PARALLEL_FROM: usize = 1 << 16;
+
+/// `c[m×n] = a[m×k] · b[k×n]`, row-major.
+pub(crate) fn igemm(m: usize, k: usize, n: usize, a: &[i16], b: &[i16], c: &mut [i32]) {
+    let row = |(i, out): (usize, &mut [i32])| {
+        out.fill(0);
+        for (p, &av) in a[i * k..(i + 1) * k].iter().enumerate() {
+            if av == 0 {
+                continue;
+            }
+            let av = i32::from(av);
+            for (o, &bv) in out.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                *o = o.wrapping_add(av * i32::from(bv));
+            }
+        }
+    };
+    let c = &mut c[..m * n];
+    if n == 0 {
+        return;
+    }
+    if m * n * k >= PARALLEL_FROM && m > 1 {
+        c.par_chunks_mut(n).enumerate().for_each(row);
+    } else {
+        c.chunks_mut(n).enumerate().for_each(row);
+    }
+}
+
+/// Subtracts zero points from integer values: `zero_point_of(i)` gives the zero point of element `i`.
+pub(crate) fn centred(x: &[i32], zero_point_of: impl Fn(usize) -> i32) -> Vec<i16> {
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| (v - zero_point_of(i)) as i16)
+        .collect()
+}
+
+/// The geometry of one N-d convolution (pads resolved).
+#[derive(Debug, Clone)]
+pub(crate) struct ConvGeom {
+    /// batch
+    pub(crate) n: usize,
+    /// input channels
+    pub(crate) c: usize,
+    /// output channels
+    pub(crate) m: usize,
+    /// groups
+    pub(crate) group: usize,
+    /// input spatial dims
+    pub(crate) input: Vec<usize>,
+    /// kernel spatial dims
+    pub(crate) kernel: Vec<usize>,
+    /// output spatial dims
+    pub(crate) output: Vec<usize>,
+    /// strides per spatial dim
+    pub(crate) strides: Vec<usize>,
+    /// padding before each spatial dim
+    pub(crate) pad_begin: Vec<usize>,
+    /// dilations per spatial dim
+    pub(crate) dilations: Vec<usize>,
+}
+
+/// The integer convolution `y[n, m, out…]` of centred `x [n, c, in…]` and `w [m, c/group, kernel…]`
+/// (padding reads 0, i.e. the zero point before centring), by im2col and [`igemm`] per image and group.
+pub(crate) fn conv_i32(x: &[i16], w: &[i16], g: &ConvGeom) -> Vec<i32> {
+    let in_size: usize = g.input.iter().product();
+    let out_size: usize = g.output.iter().product();
+    let k_size: usize = g.kernel.iter().product();
+    let (cg, mg) = (g.c / g.group, g.m / g.group);
+    let rows = cg * k_size;
+    let mut y = vec![0i32; g.n * g.m * out_size];
+    let taps = Taps::new(g);
+    let mut cols = vec![0i16; rows * out_size];
+    for img in 0..g.n {
+        for grp in 0..g.group {
+            let x0 = (img * g.c + grp * cg) * in_size;
+            for ci in 0..cg {
+                let xc = &x[x0 + ci * in_size..x0 + (ci + 1) * in_size];
+                for kp in 0..k_size {
+                    let dst = &mut cols[(ci * k_size + kp) * out_size..(ci * k_size + kp + 1) * out_size];
+                    for (d, src) in dst.iter_mut().zip(taps.sources(kp)) {
+                        *d = src.map_or(0, |s| xc[s]);
+                    }
+                }
+            }
+            let w_g = &w[grp * mg * rows..(grp + 1) * mg * rows];
+            let y0 = (img * g.m + grp * mg) * out_size;
+            igemm(mg, rows, out_size, w_g, &cols, &mut y[y0..y0 + mg * out_size]);
+        }
+    }
+    y
+}
+
+/// For each kernel position and output position, the input offset it reads (`None` in padding).
+struct Taps {
+    /// `[kernel position][output position]`
+    table: Vec<Option<usize>>,
+    out_size: usize,
+}
+
+impl Taps {
+    fn new(g: &ConvGeom) -> Taps {
+        let out_size: usize = g.output.iter().product();
+        let k_size: usize = g.kernel.iter().product();
+        let rank = g.input.len();
+        let mut table = Vec::with_capacity(k_size * out_size);
+        let mut kidx = vec![0usize; rank];
+        for _ in 0..k_size {
+            let mut oidx = vec![0usize; rank];
+            for _ in 0..out_size {
+                let mut off = Some(0usize);
+                for (d, (&o, &k)) in oidx.iter().zip(&kidx).enumerate() {
+                    let pos = (o * g.strides[d] + k * g.dilations[d]).checked_sub(g.pad_begin[d]);
+                    off = match (off, pos) {
+                        (Some(o), Some(p)) if p < g.input[d] => Some(o * g.input[d] + p),
+                        _ => None,
+                    };
+                }
+                table.push(off);
+                step(&mut oidx, &g.output);
+            }
+            step(&mut kidx, &g.kernel);
+        }
+        Taps { table, out_size }
+    }
+
+    fn sources(&self, kernel_pos: usize) -> &[Option<usize>] {
+        &self.table[kernel_pos * self.out_size..(kernel_pos + 1) * self.out_size]
+    }
+}
+
+/// Advances a row-major multi-index within `dims`.
+fn step(idx: &mut [usize], dims: &[usize]) {
+    for d in (0..idx.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < dims[d] {
+            return;
+        }
+        idx[d] = 0;
+    }
+}

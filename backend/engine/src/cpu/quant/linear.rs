@@ -1,0 +1,190 @@
+//! QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear over typed buffers, and where a scale or
+//! zero point applies ([`Layout`]).
+//!
+//! Rounding is round-half-to-even and results saturate to the target type, as the ONNX operators say.
+
+use std::ops::Range;
+
+use crate::cpu::Buf;
+use crate::error::{EngineError, Result};
+use crate::tensor::DataType;
+
+/// How a scale/zero-point tensor maps onto the elements of the tensor it describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// One value for every element.
+    PerTensor,
+    /// One value per index of the axis; `inner` = product of the dims after it.
+    PerAxis { dim: usize, inner: usize },
+    /// One value per block of `block` consecutive indices of the axis, the other dims kept.
+    Blocked { dim: usize, inner: usize, block: usize },
+}
+
+impl Layout {
+    /// The layout of a parameter of shape `param` for a tensor of shape `x` (`axis` normalised).
+    /// `what` names the parameter in errors.
+    pub(crate) fn new(
+        x: &[usize],
+        param: &[usize],
+        axis: usize,
+        block_size: usize,
+        what: &str,
+    ) -> Result<Layout> {
+        let numel: usize = param.iter().product();
+        if block_size == 0 && numel == 1 && param.len() <= 1 {
+            return Ok(Layout::PerTensor);
+        }
+        let Some(&dim) = x.get(axis) else {
+            return Err(EngineError::invalid(format!(
+                "{what} of shape {param:?} needs an axis, but axis {axis} is out of range for an input of rank {}",
+                x.len()
+            )));
+        };
+        let inner = x[axis + 1..].iter().product();
+        if block_size == 0 {
+            if param.len() == 1 && param[0] == dim {
+                return Ok(Layout::PerAxis { dim, inner });
+            }
+            return Err(EngineError::invalid(format!(
+                "{what} of shape {param:?} is neither one value nor one per index of axis {axis} \
+                 (input shape {x:?}: expected [] or [{dim}]; set block_size for blocked quantization)"
+            )));
+        }
+        let mut want = x.to_vec();
+        want[axis] = dim.div_ceil(block_size);
+        if param != want.as_slice() {
+            return Err(EngineError::invalid(format!(
+                "{what} of shape {param:?} does not match blocks of {block_size} along axis {axis} of an \
+                 input of shape {x:?} (expected {want:?})"
+            )));
+        }
+        Ok(Layout::Blocked {
+            dim,
+            inner,
+            block: block_size,
+        })
+    }
+
+    /// Calls `f(elements, first_param, param_step)` for runs of consecutive elements of a tensor of
+    /// `len` elements: element `start + j` of a run uses parameter `first_param + j · param_step`.
+    pub(crate) fn runs(&self, len: usize, mut f: impl FnMut(Range<usize>, usize, usize)) {
+        match *self {
+            Layout::PerTensor => f(0..len, 0, 0),
+            Layout::PerAxis { dim, inner } => {
+                for r in 0..len / inner.max(1) {
+                    f(r * inner..(r + 1) * inner, r % dim, 0);
+                }
+            }
+            Layout::Blocked { dim, inner, block } => {
+                let blocks = dim.div_ceil(block);
+                for r in 0..len / inner.max(1) {
+                    let (outer, a) = (r / dim, r % dim);
+                    f(
+                        r * inner..(r + 1) * inner,
+                        (outer * blocks + a / block) * inner,
+                        1,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The range of an integer type that quantization saturates to.
+pub(crate) fn int_range(dtype: DataType) -> Result<(i32, i32)> {
+    Ok(match dtype {
+        DataType::U8 => (0, 255),
+        DataType::I8 => (-128, 127),
+        DataType::U16 => (0, 65535),
+        DataType::I16 => (-32768, 32767),
+        other => {
+            return Err(EngineError::unsupported(format!(
+                "quantization to {other}: the engine quantizes to UINT8, INT8, UINT16 and INT16 \
+                 (float8, int4 and int2 have no KServe datatype)"
+            )));
+        }
+    })
+}
+
+/// Integer values (already in range) as a buffer of `dtype` (one of [`int_range`]'s types).
+pub(crate) fn int_buf(dtype: DataType, v: Vec<i32>) -> Result<Buf> {
+    Ok(match dtype {
+        DataType::U8 => Buf::U8(v.into_iter().map(|x| x as u8).collect()),
+        DataType::I8 => Buf::I8(v.into_iter().map(|x| x as i8).collect()),
+        DataType::U16 => Buf::U16(v.into_iter().map(|x| x as u16).collect()),
+        DataType::I16 => Buf::I16(v.into_iter().map(|x| x as i16).collect()),
+        DataType::I32 => Buf::I32(v),
+        other => return Err(EngineError::internal(format!("int_buf to {other}"))),
+    })
+}
+
+/// The values of an integer buffer (up to 32 bits) as i32.
+pub(crate) fn ints(b: &Buf, what: &str) -> Result<Vec<i32>> {
+    Ok(match b {
+        Buf::U8(v) => v.iter().map(|&x| i32::from(x)).collect(),
+        Buf::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
+        Buf::U16(v) => v.iter().map(|&x| i32::from(x)).collect(),
+        Buf::I16(v) => v.iter().map(|&x| i32::from(x)).collect(),
+        Buf::I32(v) => v.clone(),
+        other => {
+            return Err(EngineError::unsupported(format!(
+                "{what} of type {}: quantized tensors are UINT8, INT8, UINT16, INT16 or INT32",
+                other.dtype()
+            )));
+        }
+    })
+}
+
+/// One quantized value: saturate(round_half_even(x / scale) + zero_point).
+#[inline]
+pub(crate) fn quantize_one(x: f32, scale: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
+    // NaN saturates to 0 through `as`, as onnxruntime's conversion does.
+    ((x / scale).round_ties_even() + zero_point as f32).clamp(lo as f32, hi as f32) as i32
+}
+
+/// QuantizeLinear: `x` with `scale` and `zero_point` laid out by `layout`, saturated to `range`.
+pub(crate) fn quantize(
+    x: &[f32],
+    scale: &[f32],
+    zero_point: Option<&[i32]>,
+    layout: Layout,
+    range: (i32, i32),
+) -> Vec<i32> {
+    let mut y = vec![0; x.len()];
+    layout.runs(x.len(), |r, p, step| {
+        for (j, i) in r.enumerate() {
+            let q = p + j * step;
+            y[i] = quantize_one(x[i], scale[q], zero_point.map_or(0, |z| z[q]), range);
+        }
+    });
+    y
+}
+
+/// DequantizeLinear: (x - zero_point) · scale with the parameters laid out by `layout`.
+pub(crate) fn dequantize(x: &[i32], scale: &[f32], zero_point: Option<&[i32]>, layout: Layout) -> Vec<f32> {
+    let mut y = vec![0.0; x.len()];
+    layout.runs(x.len(), |r, p, step| {
+        for (j, i) in r.enumerate() {
+            let q = p + j * step;
+            // i64: an INT32 input minus its zero point may leave the i32 range.
+            let centred = i64::from(x[i]) - i64::from(zero_point.map_or(0, |z| z[q]));
+            y[i] = centred as f32 * scale[q];
+        }
+    });
+    y
+}
+
+/// DynamicQuantizeLinear: UINT8 values, the scale and the zero point for `x`.
+///
+/// The range is x's, extended to include 0; an all-zero input gets scale 1 (as onnxruntime does,
+/// rather than dividing by zero).
+pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
+    let (lo, hi) = x.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
+    let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
+    let y = x
+        .iter()
+        .map(|&v| quantize_one(v, scale, zero_point, (0, 255)) as u8)
+        .collect();
+    (y, scale, zero_point as u8)
+}

@@ -1,0 +1,8 @@
+//! Integer quantization kernels: linear (de)quantization with per-tensor, per-axis and blocked
+//! parameters, and integer matrix products and convolutions with INT32 accumulators.
+
+pub(crate) mod igemm;
+pub(crate) mod linear;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,102 @@
+//! The quantization kernels against values worked out by hand from the ONNX definitions.
+
+use super::igemm::{ConvGeom, conv_i32, igemm};
+use super::linear::{Layout, dequantize, dynamic_quantize, quantize};
+
+#[test]
+fn quantize_rounds_half_to_even_and_saturates() {
+    // x / 2 = 0.5, 1.5, 2.5, -0.5, -1.5, 300, -300, NaN
+    let x = [1.0, 3.0, 5.0, -1.0, -3.0, 600.0, -600.0, f32::NAN];
+    let y = quantize(&x, &[2.0], Some(&[10]), Layout::PerTensor, (0, 255));
+    assert_eq!(y, [10, 12, 12, 10, 8, 255, 0, 0]);
+    let y = quantize(&x, &[2.0], None, Layout::PerTensor, (-128, 127));
+    assert_eq!(y, [0, 2, 2, 0, -2, 127, -128, 0]);
+}
+
+#[test]
+fn per_axis_and_blocked_layouts_pick_the_right_parameter() {
+    // x [2, 4]: per-axis on axis 1 gives each column its scale
+    let layout = Layout::new(&[2, 4], &[4], 1, 0, "scale").unwrap();
+    let y = quantize(&[8.0; 8], &[1.0, 2.0, 4.0, 8.0], None, layout, (0, 255));
+    assert_eq!(y, [8, 4, 2, 1, 8, 4, 2, 1]);
+    // blocks of 2 along axis 1: scale [2, 2]
+    let layout = Layout::new(&[2, 4], &[2, 2], 1, 2, "scale").unwrap();
+    let y = quantize(&[8.0; 8], &[1.0, 2.0, 4.0, 8.0], None, layout, (0, 255));
+    assert_eq!(y, [8, 8, 4, 4, 2, 2, 1, 1]);
+    // a ragged last block (3 columns, blocks of 2 → 2 blocks)
+    let layout = Layout::new(&[1, 3], &[1, 2], 1, 2, "scale").unwrap();
+    assert_eq!(
+        dequantize(&[1, 1, 1], &[1.0, 3.0], Some(&[0, 1]), layout),
+        [1.0, 1.0, 0.0]
+    );
+}
+
+#[test]
+fn layouts_refuse_parameters_that_do_not_fit_naming_the_expected_shape() {
+    let e = Layout::new(&[2, 4], &[3], 1, 0, "y_scale")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("y_scale") && e.contains("[4]"), "{e}");
+    let e = Layout::new(&[2, 4], &[2, 3], 1, 2, "y_scale")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[2, 2]"), "{e}");
+}
+
+#[test]
+fn dequantize_int32_bias_leaves_no_overflow() {
+    let y = dequantize(&[i32::MAX, -5], &[0.5], Some(&[-5]), Layout::PerTensor);
+    assert_eq!(y, [(i64::from(i32::MAX) + 5) as f32 * 0.5, 0.0]);
+}
+
+#[test]
+fn dynamic_quantize_follows_the_onnx_formula() {
+    // the ONNX example: x = [0, 2, -3, -2.5, 1.34, 0.5] → scale 5/255, zero point 153
+    let (y, scale, zp) = dynamic_quantize(&[0.0, 2.0, -3.0, -2.5, 1.34, 0.5]);
+    assert!((scale - 5.0 / 255.0).abs() < 1e-7);
+    assert_eq!(zp, 153);
+    assert_eq!(y, [153, 255, 0, 26, 221, 179]);
+    // all zeros: scale 1, zero point 0 (no division by zero)
+    assert_eq!(dynamic_quantize(&[0.0, 0.0]), (vec![0, 0], 1.0, 0));
+}
+
+#[test]
+fn igemm_matches_a_naive_product_on_both_paths() {
+    for (m, k, n) in [(3, 5, 4), (64, 40, 33)] {
+        let a: Vec<i16> = (0..m * k).map(|i| ((i * 37) % 511) as i16 - 255).collect();
+        let b: Vec<i16> = (0..k * n).map(|i| ((i * 53) % 511) as i16 - 255).collect();
+        let mut c = vec![7; m * n];
+        igemm(m, k, n, &a, &b, &mut c);
+        for i in 0..m {
+            for j in 0..n {
+                let want: i32 = (0..k)
+                    .map(|p| i32::from(a[i * k + p]) * i32::from(b[p * n + j]))
+                    .sum();
+                assert_eq!(c[i * n + j], want, "[{i}, {j}] of {m}×{k}×{n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn conv_i32_pads_with_zero_and_honours_groups_strides_dilations() {
+    // x [1, 2, 3, 3] = 1..18, two groups, w [2, 1, 2, 2] = all ones, pad 1, stride 2, dilation 2
+    let x: Vec<i16> = (1..=18).collect();
+    let w = vec![1i16; 8];
+    let g = ConvGeom {
+        n: 1,
+        c: 2,
+        m: 2,
+        group: 2,
+        input: vec![3, 3],
+        kernel: vec![2, 2],
+        output: vec![2, 2],
+        strides: vec![2, 2],
+        pad_begin: vec![1, 1],
+        dilations: vec![2, 2],
+    };
+    let y = conv_i32(&x, &w, &g);
+    // output (0,0) reads padded rows/cols -1 and 1: only x[1][1]; (0,1) reads cols 1 and 3 → x[1][1];
+    // (1,1) reads rows 1,3 and cols 1,3 → x[1][1]; (1,0) likewise; channel 1 adds 9 to each.
+    assert_eq!(y, [5, 5, 5, 5, 14, 14, 14, 14]);
+}

@@ -1,0 +1,905 @@
+//! Quantization: QuantizeLinear, DequantizeLinear (per-tensor, per-axis and blocked), DynamicQuantizeLinear,
+//! MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv.
+//!
+//! ONNX conversion, shape inference, CPU execution and wgpu lowering of these operators. The kernels
+//! are in `cpu/quant/`; scales and zero points are ordinary inputs (constants in exported models,
+//! graph inputs in the ONNX node tests), so nothing here needs their values when the plan is built.
+
+use super::prelude::*;
+use crate::cpu::quant::igemm::{self, ConvGeom};
+use crate::cpu::quant::linear::{self, Layout, int_buf, int_range, ints};
+use crate::ir::{AutoPad, ConvWindow, QuantOp};
+use crate::wgpu::kernels::quant::{self as gpu_quant, IconvGeom, IgemmShape, ParamLayout, ScaleIndex};
+
+/// The ONNX operators this module converts.
+pub(super) static ONNX: &[OnnxOp] = &[
+    OnnxOp::new("QuantizeLinear", 10, convert, &FAMILY),
+    OnnxOp::new("DequantizeLinear", 10, convert, &FAMILY),
+    OnnxOp::new("DynamicQuantizeLinear", 11, convert, &FAMILY),
+    OnnxOp::new("MatMulInteger", 10, convert, &FAMILY),
+    OnnxOp::new("ConvInteger", 10, convert, &FAMILY),
+    OnnxOp::new("QLinearMatMul", 10, convert, &FAMILY),
+    OnnxOp::new("QLinearConv", 10, convert, &FAMILY),
+];
+
+/// The IR ops of this module: `Op::Quant`.
+pub(super) static FAMILY: Family = Family {
+    name: "quant",
+    plan_time: false,
+    param_input,
+    resolve,
+    cpu,
+    wgpu,
+};
+
+fn convert(
+    _cx: &mut Ctx<'_>,
+    n: &NodeProto,
+    _name: &str,
+    a: &Attrs<'_>,
+    inputs: &[Option<ValueId>],
+) -> Result<Converted> {
+    let q = match n.op_type.as_str() {
+        "QuantizeLinear" => QuantOp::QuantizeLinear {
+            axis: a.int("axis", 1)?,
+            block_size: block_size(a)?,
+            output_dtype: output_dtype(a)?,
+        },
+        "DequantizeLinear" => QuantOp::DequantizeLinear {
+            axis: a.int("axis", 1)?,
+            block_size: block_size(a)?,
+            output_dtype: output_dtype(a)?,
+        },
+        "DynamicQuantizeLinear" => QuantOp::DynamicQuantizeLinear,
+        "MatMulInteger" => QuantOp::MatMulInteger,
+        "QLinearMatMul" => QuantOp::QLinearMatMul,
+        "ConvInteger" => QuantOp::ConvInteger(conv_window(a)?),
+        "QLinearConv" => QuantOp::QLinearConv(conv_window(a)?),
+        other => return Err(not_registered(other)),
+    };
+    Ok(Converted::Node(Op::Quant(q), inputs.to_vec()))
+}
+
+fn block_size(a: &Attrs<'_>) -> Result<usize> {
+    let b = a.int("block_size", 0)?;
+    usize::try_from(b).map_err(|_| EngineError::invalid(format!("block_size {b} is negative")))
+}
+
+fn output_dtype(a: &Attrs<'_>) -> Result<Option<DataType>> {
+    match a.int("output_dtype", 0)? {
+        0 => Ok(None),
+        code => DataType::from_onnx(code as i32).map(Some).ok_or_else(|| {
+            EngineError::unsupported(format!(
+                "output_dtype {code} (an ONNX TensorProto type code) has no KServe datatype; \
+                 quantize to UINT8, INT8, UINT16 or INT16"
+            ))
+        }),
+    }
+}
+
+fn conv_window(a: &Attrs<'_>) -> Result<ConvWindow> {
+    Ok(ConvWindow {
+        kernel_shape: a.usizes("kernel_shape")?,
+        strides: a.usizes("strides")?,
+        pads: a.usizes("pads")?,
+        dilations: a.usizes("dilations")?,
+        group: a.int("group", 1)?.max(1) as usize,
+        auto_pad: auto_pad(&a.string("auto_pad", "NOTSET")?)?,
+    })
+}
+
+fn param_input(_op: &Op, _i: usize) -> bool {
+    false
+}
+
+fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved> {
+    let Op::Quant(q) = op else {
+        return Err(wrong_family(op, "quant"));
+    };
+    let n_in = ins.len();
+    let quant = |q: QuantOp, outputs: Vec<(DataType, Vec<usize>)>| -> Result<Resolved> {
+        Ok(concrete(Op::Quant(q), n_in, outputs))
+    };
+    match q {
+        QuantOp::QuantizeLinear {
+            axis,
+            block_size,
+            output_dtype,
+        } => {
+            let x = req(ins, 0, "x")?;
+            if !(x.dtype.is_float() || x.dtype == DataType::I32) {
+                return Err(EngineError::invalid(format!(
+                    "QuantizeLinear input x is {}; it must be a float type or INT32",
+                    x.dtype
+                )));
+            }
+            let axis = check_params(x.shape, req(ins, 1, "y_scale")?, opt(ins, 2), *axis, *block_size)?;
+            let zp_dtype = opt(ins, 2).map(|z| z.dtype);
+            let to = match (output_dtype, zp_dtype) {
+                (Some(o), Some(z)) if *o != z => {
+                    return Err(EngineError::invalid(format!(
+                        "QuantizeLinear: output_dtype {o} differs from y_zero_point's type {z}; they must agree"
+                    )));
+                }
+                (Some(o), _) => *o,
+                (None, Some(z)) => z,
+                (None, None) => DataType::U8,
+            };
+            int_range(to)?;
+            let q = QuantOp::QuantizeLinear {
+                axis: axis as i64,
+                block_size: *block_size,
+                output_dtype: Some(to),
+            };
+            quant(q, vec![(to, x.shape.to_vec())])
+        }
+        QuantOp::DequantizeLinear {
+            axis,
+            block_size,
+            output_dtype,
+        } => {
+            let x = req(ins, 0, "x")?;
+            let scale = req(ins, 1, "x_scale")?;
+            if !matches!(
+                x.dtype,
+                DataType::U8 | DataType::I8 | DataType::U16 | DataType::I16 | DataType::I32
+            ) {
+                return Err(EngineError::unsupported(format!(
+                    "DequantizeLinear input x is {}; the engine dequantizes UINT8, INT8, UINT16, INT16 and INT32",
+                    x.dtype
+                )));
+            }
+            if let Some(z) = opt(ins, 2)
+                && z.dtype != x.dtype
+            {
+                return Err(EngineError::invalid(format!(
+                    "DequantizeLinear: x is {} but x_zero_point is {}; they must have one type",
+                    x.dtype, z.dtype
+                )));
+            }
+            let axis = check_params(x.shape, scale, opt(ins, 2), *axis, *block_size)?;
+            let to = output_dtype.unwrap_or(scale.dtype);
+            float_only(to, "DequantizeLinear output")?;
+            let q = QuantOp::DequantizeLinear {
+                axis: axis as i64,
+                block_size: *block_size,
+                output_dtype: Some(to),
+            };
+            quant(q, vec![(to, x.shape.to_vec())])
+        }
+        QuantOp::DynamicQuantizeLinear => {
+            let x = req(ins, 0, "x")?;
+            if x.dtype != DataType::F32 {
+                return Err(EngineError::invalid(format!(
+                    "DynamicQuantizeLinear input x is {}; it must be FP32",
+                    x.dtype
+                )));
+            }
+            quant(
+                q.clone(),
+                vec![
+                    (DataType::U8, x.shape.to_vec()),
+                    (DataType::F32, Vec::new()),
+                    (DataType::U8, Vec::new()),
+                ],
+            )
+        }
+        QuantOp::MatMulInteger => {
+            let a = int8(req(ins, 0, "A")?, "MatMulInteger input A")?;
+            let b = int8(req(ins, 1, "B")?, "MatMulInteger input B")?;
+            let mm = MatMulShape::new(a.shape, b.shape)?;
+            zero_point_shape(
+                opt(ins, 2),
+                a.dtype,
+                &[mm.m],
+                "MatMulInteger a_zero_point",
+                "row of A",
+            )?;
+            zero_point_shape(
+                opt(ins, 3),
+                b.dtype,
+                &[mm.n],
+                "MatMulInteger b_zero_point",
+                "column of B",
+            )?;
+            quant(q.clone(), vec![(DataType::I32, mm.out)])
+        }
+        QuantOp::QLinearMatMul => {
+            let a = int8(req(ins, 0, "a")?, "QLinearMatMul input a")?;
+            let b = int8(req(ins, 3, "b")?, "QLinearMatMul input b")?;
+            let mm = MatMulShape::new(a.shape, b.shape)?;
+            scale_shape(
+                req(ins, 1, "a_scale")?,
+                &[mm.m],
+                "QLinearMatMul a_scale",
+                "row of a",
+            )?;
+            zero_point_shape(
+                Some(req(ins, 2, "a_zero_point")?),
+                a.dtype,
+                &[mm.m],
+                "QLinearMatMul a_zero_point",
+                "row of a",
+            )?;
+            scale_shape(
+                req(ins, 4, "b_scale")?,
+                &[mm.n],
+                "QLinearMatMul b_scale",
+                "column of b",
+            )?;
+            zero_point_shape(
+                Some(req(ins, 5, "b_zero_point")?),
+                b.dtype,
+                &[mm.n],
+                "QLinearMatMul b_zero_point",
+                "column of b",
+            )?;
+            scale_shape(req(ins, 6, "y_scale")?, &[], "QLinearMatMul y_scale", "")?;
+            let yz = req(ins, 7, "y_zero_point")?;
+            int8(yz, "QLinearMatMul y_zero_point")?;
+            zero_point_shape(Some(yz), yz.dtype, &[], "QLinearMatMul y_zero_point", "")?;
+            quant(q.clone(), vec![(yz.dtype, mm.out)])
+        }
+        QuantOp::ConvInteger(win) => {
+            let x = int8(req(ins, 0, "x")?, "ConvInteger input x")?;
+            let w = int8(req(ins, 1, "w")?, "ConvInteger input w")?;
+            let (win, out) = conv_shape(win, x.shape, w.shape, "ConvInteger")?;
+            zero_point_shape(opt(ins, 2), x.dtype, &[], "ConvInteger x_zero_point", "")?;
+            zero_point_shape(
+                opt(ins, 3),
+                w.dtype,
+                &[w.shape[0]],
+                "ConvInteger w_zero_point",
+                "output channel",
+            )?;
+            quant(QuantOp::ConvInteger(win), vec![(DataType::I32, out)])
+        }
+        QuantOp::QLinearConv(win) => {
+            let x = int8(req(ins, 0, "x")?, "QLinearConv input x")?;
+            let w = int8(req(ins, 3, "w")?, "QLinearConv input w")?;
+            let (win, out) = conv_shape(win, x.shape, w.shape, "QLinearConv")?;
+            let m = w.shape[0];
+            scale_shape(req(ins, 1, "x_scale")?, &[], "QLinearConv x_scale", "")?;
+            zero_point_shape(
+                Some(req(ins, 2, "x_zero_point")?),
+                x.dtype,
+                &[],
+                "QLinearConv x_zero_point",
+                "",
+            )?;
+            scale_shape(
+                req(ins, 4, "w_scale")?,
+                &[m],
+                "QLinearConv w_scale",
+                "output channel",
+            )?;
+            zero_point_shape(
+                Some(req(ins, 5, "w_zero_point")?),
+                w.dtype,
+                &[m],
+                "QLinearConv w_zero_point",
+                "output channel",
+            )?;
+            scale_shape(req(ins, 6, "y_scale")?, &[], "QLinearConv y_scale", "")?;
+            let yz = req(ins, 7, "y_zero_point")?;
+            int8(yz, "QLinearConv y_zero_point")?;
+            zero_point_shape(Some(yz), yz.dtype, &[], "QLinearConv y_zero_point", "")?;
+            if let Some(bias) = opt(ins, 8)
+                && (bias.dtype != DataType::I32 || bias.shape != [m])
+            {
+                return Err(EngineError::invalid(format!(
+                    "QLinearConv bias is {} {:?}; it must be INT32 [{m}] (one per output channel)",
+                    bias.dtype, bias.shape
+                )));
+            }
+            quant(QuantOp::QLinearConv(win), vec![(yz.dtype, out)])
+        }
+    }
+}
+
+/// Checks a scale and its zero point against `x` and returns the normalised axis (0 when per-tensor).
+fn check_params(
+    x: &[usize],
+    scale: InVal<'_>,
+    zero_point: Option<InVal<'_>>,
+    axis: i64,
+    block_size: usize,
+) -> Result<usize> {
+    float_only(scale.dtype, "quantization scale")?;
+    let per_tensor = block_size == 0 && scale.shape.len() <= 1 && scale.shape.iter().product::<usize>() == 1;
+    let axis = if per_tensor {
+        0
+    } else {
+        norm_axis(axis, x.len(), "axis")?
+    };
+    Layout::new(x, scale.shape, axis, block_size, "scale")?;
+    if let Some(z) = zero_point
+        && z.shape != scale.shape
+        && !(per_tensor && z.shape.iter().product::<usize>() == 1)
+    {
+        return Err(EngineError::invalid(format!(
+            "zero point of shape {:?} differs from the scale's shape {:?}; they must match",
+            z.shape, scale.shape
+        )));
+    }
+    Ok(axis)
+}
+
+/// Refuses anything but UINT8 and INT8 for the integer products.
+fn int8<'a>(v: InVal<'a>, what: &str) -> Result<InVal<'a>> {
+    if matches!(v.dtype, DataType::U8 | DataType::I8) {
+        Ok(v)
+    } else {
+        Err(EngineError::invalid(format!(
+            "{what} is {}; it must be UINT8 or INT8",
+            v.dtype
+        )))
+    }
+}
+
+/// A scale: one value, or one per `per` (`per_what` names it).
+fn scale_shape(v: InVal<'_>, per: &[usize], what: &str, per_what: &str) -> Result<()> {
+    float_only(v.dtype, what)?;
+    per_value_shape(v.shape, per, what, per_what)
+}
+
+/// A zero point (when present): `dtype`, and one value or one per `per`.
+fn zero_point_shape(
+    v: Option<InVal<'_>>,
+    dtype: DataType,
+    per: &[usize],
+    what: &str,
+    per_what: &str,
+) -> Result<()> {
+    let Some(v) = v else { return Ok(()) };
+    if v.dtype != dtype {
+        return Err(EngineError::invalid(format!(
+            "{what} is {} but its tensor is {dtype}; they must have one type",
+            v.dtype
+        )));
+    }
+    per_value_shape(v.shape, per, what, per_what)
+}
+
+fn per_value_shape(shape: &[usize], per: &[usize], what: &str, per_what: &str) -> Result<()> {
+    let one = shape.len() <= 1 && shape.iter().product::<usize>() == 1;
+    if one || (!per.is_empty() && shape == per) {
+        return Ok(());
+    }
+    let expected = if per.is_empty() {
+        "one value".to_string()
+    } else {
+        format!("one value or {per:?} (one per {per_what})")
+    };
+    Err(EngineError::invalid(format!(
+        "{what} has shape {shape:?}; expected {expected}"
+    )))
+}
+
+/// The shapes of a numpy matmul: 1-D operands promoted, batch dims broadcast.
+struct MatMulShape {
+    /// a's shape, 1-D promoted to [1, K]
+    a: Vec<usize>,
+    /// b's shape, 1-D promoted to [K, 1]
+    b: Vec<usize>,
+    /// the broadcast batch dims
+    batch: Vec<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+    /// the output shape (promoted dims removed)
+    out: Vec<usize>,
+}
+
+impl MatMulShape {
+    fn new(a: &[usize], b: &[usize]) -> Result<MatMulShape> {
+        if a.is_empty() || b.is_empty() {
+            return Err(EngineError::invalid("matrix product inputs must have rank ≥ 1"));
+        }
+        let mut pa = a.to_vec();
+        let mut pb = b.to_vec();
+        if a.len() == 1 {
+            pa.insert(0, 1);
+        }
+        if b.len() == 1 {
+            pb.push(1);
+        }
+        let (ra, rb) = (pa.len(), pb.len());
+        let (m, k, k2, n) = (pa[ra - 2], pa[ra - 1], pb[rb - 2], pb[rb - 1]);
+        if k != k2 {
+            return Err(EngineError::invalid(format!(
+                "matrix product of {a:?} and {b:?}: inner dims {k} and {k2} differ"
+            )));
+        }
+        let batch = broadcast_shapes(&pa[..ra - 2], &pb[..rb - 2])?;
+        let mut out = batch.clone();
+        if a.len() > 1 {
+            out.push(m);
+        }
+        if b.len() > 1 {
+            out.push(n);
+        }
+        Ok(MatMulShape {
+            a: pa,
+            b: pb,
+            batch,
+            m,
+            k,
+            n,
+            out,
+        })
+    }
+
+    /// For each output matrix, the index of the a and b matrices it multiplies (broadcasting).
+    fn pairs(&self) -> Vec<(usize, usize)> {
+        let count: usize = self.batch.iter().product();
+        let ia = source_index(&self.batch, &self.a[..self.a.len() - 2], count);
+        let ib = source_index(&self.batch, &self.b[..self.b.len() - 2], count);
+        ia.into_iter().zip(ib).collect()
+    }
+}
+
+/// For each of `count` row-major indices over `out`, the index over `src` (right-aligned, size-1 dims
+/// broadcast).
+fn source_index(out: &[usize], src: &[usize], count: usize) -> Vec<usize> {
+    let lead = out.len() - src.len();
+    (0..count)
+        .map(|mut i| {
+            let (mut idx, mut stride) = (0, 1);
+            for d in (0..out.len()).rev() {
+                let coord = i % out[d];
+                i /= out[d];
+                if d >= lead {
+                    let s = src[d - lead];
+                    idx += if s == 1 { 0 } else { coord * stride };
+                    stride *= s;
+                }
+            }
+            idx
+        })
+        .collect()
+}
+
+/// Resolves a convolution window for x and w; returns it with explicit pads and the output shape.
+fn conv_shape(win: &ConvWindow, x: &[usize], w: &[usize], what: &str) -> Result<(ConvWindow, Vec<usize>)> {
+    if x.len() < 3 || w.len() != x.len() {
+        return Err(EngineError::invalid(format!(
+            "{what} needs x [N, C, spatial…] and w of the same rank, got {x:?} and {w:?}"
+        )));
+    }
+    let ns = x.len() - 2;
+    let kernel = if win.kernel_shape.is_empty() {
+        w[2..].to_vec()
+    } else {
+        win.kernel_shape.clone()
+    };
+    if kernel != w[2..] {
+        return Err(EngineError::invalid(format!(
+            "{what}: kernel_shape {kernel:?} differs from w's spatial dims {:?}",
+            &w[2..]
+        )));
+    }
+    let (c, group) = (x[1], win.group);
+    if group == 0 || w[0] % group != 0 || w[1] * group != c {
+        return Err(EngineError::invalid(format!(
+            "{what}: x has {c} channels, w {w:?} with group {group} expects {}",
+            w[1] * group
+        )));
+    }
+    let strides = defaults(&win.strides, ns, 1);
+    let dilations = defaults(&win.dilations, ns, 1);
+    let (spatial, pads) = window(
+        &x[2..],
+        &kernel,
+        &strides,
+        &win.pads,
+        &dilations,
+        win.auto_pad,
+        false,
+    )?;
+    let mut out = vec![x[0], w[0]];
+    out.extend(spatial);
+    Ok((
+        ConvWindow {
+            kernel_shape: kernel,
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad: AutoPad::NotSet,
+        },
+        out,
+    ))
+}
+
+fn cpu(
+    op: &Op,
+    ins: &[In<'_>],
+    outs: &[(DataType, Vec<usize>)],
+    _prep: Option<&Prepared>,
+) -> Result<Vec<Buf>> {
+    let Op::Quant(q) = op else {
+        return Err(wrong_family(op, "quant"));
+    };
+    let out0 = outs
+        .first()
+        .ok_or_else(|| EngineError::internal(format!("{} without outputs", q.name())))?;
+    match q {
+        QuantOp::QuantizeLinear { axis, block_size, .. } => {
+            let (x, xs) = arg(ins, 0)?;
+            let (scale, ss) = arg(ins, 1)?;
+            let layout = Layout::new(xs, ss, *axis as usize, *block_size, "y_scale")?;
+            let zp = ins
+                .get(2)
+                .copied()
+                .flatten()
+                .map(|(z, _)| ints(z, "y_zero_point"))
+                .transpose()?;
+            let y = linear::quantize(
+                &f32_of(x),
+                &f32_of(scale),
+                zp.as_deref(),
+                layout,
+                int_range(out0.0)?,
+            );
+            Ok(vec![int_buf(out0.0, y)?])
+        }
+        QuantOp::DequantizeLinear { axis, block_size, .. } => {
+            let (x, xs) = arg(ins, 0)?;
+            let (scale, ss) = arg(ins, 1)?;
+            let layout = Layout::new(xs, ss, *axis as usize, *block_size, "x_scale")?;
+            let zp = ins
+                .get(2)
+                .copied()
+                .flatten()
+                .map(|(z, _)| ints(z, "x_zero_point"))
+                .transpose()?;
+            let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout);
+            Ok(vec![back(out0.0, y)])
+        }
+        QuantOp::DynamicQuantizeLinear => {
+            let (x, _) = arg(ins, 0)?;
+            let (y, scale, zp) = linear::dynamic_quantize(&f32_of(x));
+            Ok(vec![Buf::U8(y), Buf::F32(vec![scale]), Buf::U8(vec![zp])])
+        }
+        QuantOp::MatMulInteger => {
+            let acc = matmul_acc(ins, [0, 1, 2, 3])?;
+            Ok(vec![Buf::I32(acc.values)])
+        }
+        QuantOp::QLinearMatMul => {
+            let acc = matmul_acc(ins, [0, 3, 2, 5])?;
+            let a_scale = f32_of(arg(ins, 1)?.0);
+            let b_scale = f32_of(arg(ins, 4)?.0);
+            let y_scale = first_f32(arg(ins, 6)?.0)?;
+            let y_zp = first_int(arg(ins, 7)?.0)?;
+            let (m, n) = (acc.shape.m, acc.shape.n);
+            let range = int_range(out0.0)?;
+            let y = acc
+                .values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let (r, c) = ((i / n) % m, i % n);
+                    let mult = per(&a_scale, r) * per(&b_scale, c) / y_scale;
+                    linear::quantize_one(v as f32 * mult, 1.0, y_zp, range)
+                })
+                .collect();
+            Ok(vec![int_buf(out0.0, y)?])
+        }
+        QuantOp::ConvInteger(win) => {
+            let y = conv_acc(ins, win, [0, 1, 2, 3])?;
+            Ok(vec![Buf::I32(y.values)])
+        }
+        QuantOp::QLinearConv(win) => {
+            let acc = conv_acc(ins, win, [0, 3, 2, 5])?;
+            let x_scale = first_f32(arg(ins, 1)?.0)?;
+            let w_scale = f32_of(arg(ins, 4)?.0);
+            let y_scale = first_f32(arg(ins, 6)?.0)?;
+            let y_zp = first_int(arg(ins, 7)?.0)?;
+            let bias = ins
+                .get(8)
+                .copied()
+                .flatten()
+                .map(|(b, _)| ints(b, "B"))
+                .transpose()?;
+            let range = int_range(out0.0)?;
+            let mults: Vec<f32> = (0..acc.m).map(|m| x_scale * per(&w_scale, m) / y_scale).collect();
+            let y = acc
+                .values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let m = (i / acc.out_size) % acc.m;
+                    let v = v.wrapping_add(bias.as_ref().map_or(0, |b| b[m]));
+                    linear::quantize_one(v as f32 * mults[m], 1.0, y_zp, range)
+                })
+                .collect();
+            Ok(vec![int_buf(out0.0, y)?])
+        }
+    }
+}
+
+/// Value `i` of a per-tensor or per-index parameter.
+fn per(v: &[f32], i: usize) -> f32 {
+    if v.len() == 1 { v[0] } else { v[i] }
+}
+
+fn first_f32(b: &Buf) -> Result<f32> {
+    f32_of(b)
+        .first()
+        .copied()
+        .ok_or_else(|| EngineError::invalid("an empty scale tensor"))
+}
+
+fn first_int(b: &Buf) -> Result<i32> {
+    ints(b, "zero point")?
+        .first()
+        .copied()
+        .ok_or_else(|| EngineError::invalid("an empty zero point tensor"))
+}
+
+/// INT32 accumulators of a matrix product and its shape.
+struct MatMulAcc {
+    values: Vec<i32>,
+    shape: MatMulShape,
+}
+
+/// The integer matmul of inputs `[a, b, a_zero_point, b_zero_point]` at the given indices.
+fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4]) -> Result<MatMulAcc> {
+    let (a, sa) = arg(ins, ia)?;
+    let (b, sb) = arg(ins, ib)?;
+    let shape = MatMulShape::new(sa, sb)?;
+    let (m, k, n) = (shape.m, shape.k, shape.n);
+    let zero_points = |i: usize| {
+        ins.get(i)
+            .copied()
+            .flatten()
+            .map(|(z, _)| ints(z, "zero point"))
+            .transpose()
+    };
+    let (az, bz) = (zero_points(iaz)?, zero_points(ibz)?);
+    let a = igemm::centred(&ints(a, "A")?, |i| {
+        az.as_ref()
+            .map_or(0, |z| z[if z.len() == 1 { 0 } else { (i / k) % m }])
+    });
+    let b = igemm::centred(&ints(b, "B")?, |i| {
+        bz.as_ref().map_or(0, |z| z[if z.len() == 1 { 0 } else { i % n }])
+    });
+    let pairs = shape.pairs();
+    let mut values = vec![0i32; pairs.len() * m * n];
+    for (o, (pa, pb)) in pairs.into_iter().enumerate() {
+        igemm::igemm(
+            m,
+            k,
+            n,
+            &a[pa * m * k..(pa + 1) * m * k],
+            &b[pb * k * n..(pb + 1) * k * n],
+            &mut values[o * m * n..(o + 1) * m * n],
+        );
+    }
+    Ok(MatMulAcc { values, shape })
+}
+
+/// INT32 accumulators of a convolution: `[n, m, out…]` with m and the output's spatial size.
+struct ConvAcc {
+    values: Vec<i32>,
+    m: usize,
+    out_size: usize,
+}
+
+/// The integer convolution of inputs `[x, w, x_zero_point, w_zero_point]` at the given indices.
+fn conv_acc(ins: &[In<'_>], win: &ConvWindow, [ix, iw, ixz, iwz]: [usize; 4]) -> Result<ConvAcc> {
+    let (x, sx) = arg(ins, ix)?;
+    let (w, sw) = arg(ins, iw)?;
+    let ns = sx.len() - 2;
+    let (_, out) = conv_shape(win, sx, sw, "integer convolution")?;
+    let geom = ConvGeom {
+        n: sx[0],
+        c: sx[1],
+        m: sw[0],
+        group: win.group,
+        input: sx[2..].to_vec(),
+        kernel: sw[2..].to_vec(),
+        output: out[2..].to_vec(),
+        strides: win.strides.clone(),
+        pad_begin: win.pads[..ns].to_vec(),
+        dilations: win.dilations.clone(),
+    };
+    let zero_points = |i: usize| {
+        ins.get(i)
+            .copied()
+            .flatten()
+            .map(|(z, _)| ints(z, "zero point"))
+            .transpose()
+    };
+    let (xz, wz) = (zero_points(ixz)?, zero_points(iwz)?);
+    let x_zp = xz.as_ref().and_then(|z| z.first().copied()).unwrap_or(0);
+    let per_filter: usize = sw[1..].iter().product();
+    let x = igemm::centred(&ints(x, "x")?, |_| x_zp);
+    let w = igemm::centred(&ints(w, "w")?, |i| {
+        wz.as_ref()
+            .map_or(0, |z| z[if z.len() == 1 { 0 } else { i / per_filter }])
+    });
+    Ok(ConvAcc {
+        values: igemm::conv_i32(&x, &w, &geom),
+        m: geom.m,
+        out_size: geom.output.iter().product(),
+    })
+}
+
+fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
+    let Op::Quant(q) = &n.op else {
+        return Err(gpu_wrong_family(&n.op, "quant"));
+    };
+    let name = c.out_name(n, 0);
+    let out_dtype = c.g.values[Compiler::out_id(n, 0)?.0].dtype;
+    let range = || int_range(out_dtype).map_err(|e| GpuError::invalid(e.to_string()));
+    match q {
+        QuantOp::QuantizeLinear { axis, block_size, .. }
+        | QuantOp::DequantizeLinear { axis, block_size, .. } => {
+            let x = c.input(n, 0)?;
+            let scale = c.input(n, 1)?;
+            let layout = Layout::new(&x.shape, &scale.shape, *axis as usize, *block_size, "scale")
+                .map_err(|e| GpuError::invalid(e.to_string()))?;
+            let zero_point = match c.opt_input(n, 2)? {
+                Some(z) => z,
+                None => c.b.constant_i32(
+                    &format!("{name}#zero_point"),
+                    &[scale.numel()],
+                    &vec![0; scale.numel()],
+                )?,
+            };
+            let layout = match layout {
+                Layout::PerTensor => ParamLayout::PerTensor,
+                Layout::PerAxis { dim, inner } => ParamLayout::PerAxis { dim, inner },
+                Layout::Blocked { dim, inner, block } => ParamLayout::Blocked { dim, inner, block },
+            };
+            let y = if matches!(q, QuantOp::QuantizeLinear { .. }) {
+                gpu_quant::quantize(&mut c.b, &name, &x, &scale, &zero_point, layout, range()?)?
+            } else {
+                let out = c.dev_type(Compiler::out_id(n, 0)?)?;
+                gpu_quant::dequantize(&mut c.b, &name, &x, &scale, &zero_point, layout, out)?
+            };
+            c.set(n, 0, y)
+        }
+        QuantOp::DynamicQuantizeLinear => {
+            let x = c.input(n, 0)?;
+            let names = [c.out_name(n, 0), c.out_name(n, 1), c.out_name(n, 2)];
+            let [y, scale, zero_point] =
+                gpu_quant::dynamic_quantize(&mut c.b, [&names[0], &names[1], &names[2]], &x)?;
+            c.set(n, 0, y)?;
+            c.set(n, 1, scale)?;
+            c.set(n, 2, zero_point)
+        }
+        QuantOp::MatMulInteger | QuantOp::QLinearMatMul => {
+            let qlinear = matches!(q, QuantOp::QLinearMatMul);
+            let [ia, ib, iaz, ibz] = if qlinear { [0, 3, 2, 5] } else { [0, 1, 2, 3] };
+            let a = c.input(n, ia)?;
+            let bm = c.input(n, ib)?;
+            let shape =
+                MatMulShape::new(&a.shape, &bm.shape).map_err(|e| GpuError::invalid(e.to_string()))?;
+            let a = c.b.alias(&a, &shape.a)?;
+            let bm = c.b.alias(&bm, &shape.b)?;
+            let a_zp = zero_point_or_zero(c, n, iaz, &name)?;
+            let b_zp = zero_point_or_zero(c, n, ibz, &name)?;
+            let s = IgemmShape {
+                m: shape.m,
+                k: shape.k,
+                n: shape.n,
+                a_strides: batch_strides(&shape.batch, &shape.a[..shape.a.len() - 2]),
+                b_strides: batch_strides(&shape.batch, &shape.b[..shape.b.len() - 2]),
+                batch: shape.batch.clone(),
+            };
+            let mut acc = gpu_quant::igemm(&mut c.b, &name, &s, &a, &bm, &a_zp, &b_zp)?;
+            if qlinear {
+                let a_scale = c.input(n, 1)?;
+                let b_scale = c.input(n, 4)?;
+                let rows = ScaleIndex {
+                    dim: if a_scale.numel() > 1 { shape.m } else { 1 },
+                    inner: shape.n,
+                };
+                let cols = ScaleIndex {
+                    dim: if b_scale.numel() > 1 { shape.n } else { 1 },
+                    inner: 1,
+                };
+                let (y_scale, y_zp) = (c.input(n, 6)?, c.input(n, 7)?);
+                acc = gpu_quant::requantize(
+                    &mut c.b,
+                    &name,
+                    &acc,
+                    (&a_scale, rows),
+                    (&b_scale, cols),
+                    &y_scale,
+                    &y_zp,
+                    None,
+                    range()?,
+                )?;
+            }
+            let y = c.b.alias(&acc, &shape.out)?;
+            c.set(n, 0, y)
+        }
+        QuantOp::ConvInteger(win) | QuantOp::QLinearConv(win) => {
+            let qlinear = matches!(q, QuantOp::QLinearConv(_));
+            let [ix, iw, ixz, iwz] = if qlinear { [0, 3, 2, 5] } else { [0, 1, 2, 3] };
+            let x = c.input(n, ix)?;
+            let w = c.input(n, iw)?;
+            let out = c.out_shape(n, 0)?;
+            let ns = x.rank().saturating_sub(2);
+            if !(1..=2).contains(&ns) {
+                return Err(GpuError::unsupported(format!(
+                    "{} '{name}' has {ns} spatial dims; the wgpu kernel takes 1 or 2 (the CPU executor takes any)",
+                    q.name()
+                )));
+            }
+            // A 1-D convolution runs as a 2-D one of height 1.
+            let two = |v: &[usize], fill: usize| if v.len() == 1 { [fill, v[0]] } else { [v[0], v[1]] };
+            let (xs, ws) = (&x.shape, &w.shape);
+            let g = IconvGeom {
+                out: [
+                    out[0],
+                    out[1],
+                    if ns == 1 { 1 } else { out[2] },
+                    out[out.len() - 1],
+                ],
+                channels: xs[1],
+                group: win.group,
+                input: two(&xs[2..], 1),
+                kernel: two(&ws[2..], 1),
+                strides: two(&win.strides, 1),
+                pad_begin: two(&win.pads[..ns], 0),
+                dilations: two(&win.dilations, 1),
+            };
+            let x = c.b.alias(&x, &[xs[0], xs[1], g.input[0], g.input[1]])?;
+            let w = c.b.alias(&w, &[ws[0], ws[1], g.kernel[0], g.kernel[1]])?;
+            let x_zp = zero_point_or_zero(c, n, ixz, &name)?;
+            let w_zp = zero_point_or_zero(c, n, iwz, &name)?;
+            let mut acc = gpu_quant::iconv(&mut c.b, &name, &g, &x, &w, &x_zp, &w_zp)?;
+            if qlinear {
+                let x_scale = c.input(n, 1)?;
+                let w_scale = c.input(n, 4)?;
+                let per_x = ScaleIndex { dim: 1, inner: 1 };
+                let per_channel = ScaleIndex {
+                    dim: if w_scale.numel() > 1 { g.out[1] } else { 1 },
+                    inner: g.out[2] * g.out[3],
+                };
+                let (y_scale, y_zp) = (c.input(n, 6)?, c.input(n, 7)?);
+                let bias = c.opt_input(n, 8)?;
+                acc = gpu_quant::requantize(
+                    &mut c.b,
+                    &name,
+                    &acc,
+                    (&x_scale, per_x),
+                    (&w_scale, per_channel),
+                    &y_scale,
+                    &y_zp,
+                    bias.as_ref(),
+                    range()?,
+                )?;
+            }
+            let y = c.b.alias(&acc, &out)?;
+            c.set(n, 0, y)
+        }
+    }
+}
+
+/// Input `i` (a zero point), or a constant 0 when the node has none.
+fn zero_point_or_zero(c: &mut Compiler<'_>, n: &Node, i: usize, name: &str) -> GpuResult<DTensor> {
+    match c.opt_input(n, i)? {
+        Some(z) => Ok(z),
+        None => c.b.constant_i32(&format!("{name}#zero_point{i}"), &[1], &[0]),
+    }
+}
+
+/// Matrix strides of an operand with batch dims `src` (right-aligned) over the output's batch dims `out`:
+/// 0 where the operand has size 1 or lacks the dim.
+fn batch_strides(out: &[usize], src: &[usize]) -> Vec<usize> {
+    let lead = out.len() - src.len();
+    let mut strides = vec![0; out.len()];
+    let mut stride = 1;
+    for d in (lead..out.len()).rev() {
+        let size = src[d - lead];
+        strides[d] = if size == 1 { 0 } else { stride };
+        stride *= size;
+    }
+    strides
+}
