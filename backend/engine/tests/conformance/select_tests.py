@@ -18,6 +18,7 @@ ReduceMean ReduceSum ReduceMax ReduceMin ReduceL2 ArgMax ArgMin Softmax LogSoftm
 Reshape Flatten Transpose Concat Split Slice Gather GatherElements Squeeze Unsqueeze Expand Tile Pad Shape
 Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GRU If
 Sign Mish CastLike SpaceToDepth Mod
+CumSum Trilu OneHot GatherND ScatterND NonZero LRN Upsample GroupNormalization Einsum RMSNormalization
 """.split())
 
 
