@@ -28,8 +28,14 @@ test_training_dropout_default_mask: training-mode Dropout draws random masks; re
 test_training_dropout_mask: training-mode Dropout draws random masks; refused at load
 test_training_dropout_zero_ratio: training_mode is a graph input, so the loader cannot prove it false and refuses it
 test_training_dropout_zero_ratio_mask: training_mode is a graph input, so the loader cannot prove it false and refuses it
+test_einsum_batch_diagonal: Einsum with an ellipsis ('...ii->...i'); refused at load naming the equation
 test_equal_string: string tensors cannot live in GPU buffers; the executor refuses them with a message naming the CPU executor
 test_equal_string_broadcast: string tensors cannot live in GPU buffers; the executor refuses them with a message naming the CPU executor
+test_scatternd: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
+test_scatternd_add: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
+test_scatternd_max: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
+test_scatternd_min: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
+test_scatternd_multiply: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_affine_grid_2d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_2d_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_3d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)

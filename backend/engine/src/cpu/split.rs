@@ -187,7 +187,15 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
                 )
         }
         // recurrent ops keep the batch on axis 1; the rest never reach an executor
-        Op::Lstm { .. }
+        // indexed ops address whole tensors (scatter and gather offsets, triangles over the last
+        // dims); kept whole for simplicity
+        Op::CumSum { .. }
+        | Op::Trilu { .. }
+        | Op::OneHot { .. }
+        | Op::GatherNd { .. }
+        | Op::ScatterNd { .. }
+        | Op::NonZero
+        | Op::Lstm { .. }
         | Op::Gru { .. }
         | Op::Flatten { .. }
         | Op::Squeeze { .. }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 pub use op::{
     AutoPad, BinaryOp, CoordTransform, Epilogue, EpilogueStep, NearestMode, Op, PadMode, ReduceOp,
-    ResizeMode, RnnActivation, RnnAttrs, RnnDirection, UnaryOp,
+    ResizeMode, RnnActivation, RnnAttrs, RnnDirection, ScatterReduction, UnaryOp,
 };
 pub use quant::{ConvWindow, QuantOp};
 

@@ -220,6 +220,21 @@ pub enum ReduceOp {
     LogSumExp,
 }
 
+/// How [`Op::ScatterNd`] combines an update with the element it addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScatterReduction {
+    /// replace it
+    None,
+    /// add to it
+    Add,
+    /// multiply it
+    Mul,
+    /// keep the larger
+    Max,
+    /// keep the smaller
+    Min,
+}
+
 /// `Pad` modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PadMode {
@@ -680,6 +695,53 @@ pub enum Op {
         blocksize: usize,
     },
 
+    // ----- indexed data movement and scans -----
+    /// `[x, axis]` → `[y]`: running sum of x along `axis` (ONNX CumSum). Concrete: `[x]`, `axis`
+    /// resolved and non-negative. `exclusive` leaves the element itself out of its sum; `reverse`
+    /// sums from the end of the axis.
+    CumSum {
+        /// summed axis (graph form: resolved from the axis input; concrete: non-negative)
+        axis: i64,
+        /// leave the element itself out of its sum
+        exclusive: bool,
+        /// sum from the last element backwards
+        reverse: bool,
+    },
+    /// `[x, k?]` → `[y]`: the upper (or lower) triangle of the last two dims of x, the rest zero;
+    /// the diagonal is shifted by `k` (ONNX Trilu). Concrete: `[x]`, `k` resolved.
+    Trilu {
+        /// keep the upper triangle (else the lower)
+        upper: bool,
+        /// diagonal offset (resolved from the k input)
+        k: i64,
+    },
+    /// `[indices, depth, values]` → `[y]`: y has a new axis of size `depth` at `axis`, holding
+    /// values[1] where the position equals the index (negative indices count from the end) and
+    /// values[0] elsewhere. Concrete: `[indices, values]`, `depth` resolved, `axis` non-negative.
+    OneHot {
+        /// position of the new axis in the output
+        axis: i64,
+        /// size of the new axis (resolved from the depth input)
+        depth: usize,
+    },
+    /// `[data, indices]` → `[y]`: ONNX GatherND; the last dim of indices (INT64) indexes the leading
+    /// dims of data after the first `batch_dims` dims, which data and indices share.
+    GatherNd {
+        /// leading dims shared by data and indices
+        batch_dims: usize,
+    },
+    /// `[data, indices, updates]` → `[y]`: a copy of data with the slices addressed by indices
+    /// (INT64, last dim indexes data's leading dims) replaced by, or combined with, updates, in
+    /// index order (ONNX ScatterND).
+    ScatterNd {
+        /// how an update combines with the element it addresses
+        reduction: ScatterReduction,
+    },
+    /// `[x]` → `[indices]` (INT64 `[rank, count]`) of the non-zero elements, row-major. Its output
+    /// shape depends on x's values, so it is computed while the plan is built (x must be known on
+    /// the host: a constant, or a graph input the plan is specialised for); never concrete.
+    NonZero,
+
     // ----- recurrent -----
     /// `[X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?]` → `[Y?, Y_h?, Y_c?]`: ONNX LSTM
     /// (gate order i, o, f, c in W/R/B).
@@ -759,6 +821,12 @@ impl Op {
             Op::Resize { .. } => "Resize",
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::SpaceToDepth { .. } => "SpaceToDepth",
+            Op::CumSum { .. } => "CumSum",
+            Op::Trilu { .. } => "Trilu",
+            Op::OneHot { .. } => "OneHot",
+            Op::GatherNd { .. } => "GatherND",
+            Op::ScatterNd { .. } => "ScatterND",
+            Op::NonZero => "NonZero",
             Op::Lstm { .. } => "LSTM",
             Op::Gru { .. } => "GRU",
             Op::Quant(q) => q.name(),

@@ -35,10 +35,13 @@ pub fn load_graph(bytes: &[u8], external_dir: Option<&Path>) -> Result<Graph> {
         ));
     }
     let mut opset = None;
+    let mut domain_opsets = HashMap::new();
     for o in &model.opset_import {
         match o.domain.as_str() {
             "" | "ai.onnx" => opset = Some(o.version),
-            _ => {}
+            d => {
+                domain_opsets.insert(d.to_owned(), o.version);
+            }
         }
     }
     let opset = match opset {
@@ -64,6 +67,7 @@ pub fn load_graph(bytes: &[u8], external_dir: Option<&Path>) -> Result<Graph> {
         graph: Graph::default(),
         scopes: vec![HashMap::new()],
         opset,
+        domain_opsets,
         external_dir,
         unsupported: Vec::new(),
         functions: model
@@ -80,6 +84,8 @@ struct Loader<'a> {
     graph: Graph,
     scopes: Vec<HashMap<String, ValueId>>,
     opset: i64,
+    /// Opsets the model imports for other domains (`com.microsoft`), by domain.
+    domain_opsets: HashMap<String, i64>,
     external_dir: Option<&'a Path>,
     unsupported: Vec<String>,
     functions: HashSet<String>,
@@ -356,7 +362,12 @@ impl<'a> Loader<'a> {
             .collect::<Result<_>>()?;
         let attrs = crate::onnx::attrs::Attrs::new(n)?;
         // Outputs are defined after conversion so a converter can create helper values first.
-        let op = crate::ops::lookup(&n.domain, &n.op_type, self.opset)?;
+        let opset = match n.domain.as_str() {
+            "" | "ai.onnx" => self.opset,
+            // onnxruntime's tools often leave the contrib domain out of opset_import; it has one opset
+            d => self.domain_opsets.get(d).copied().unwrap_or(1),
+        };
+        let op = crate::ops::lookup(&n.domain, &n.op_type, opset)?;
         let mut cx = crate::ops::Ctx {
             graph: &mut self.graph,
             opset: self.opset,
@@ -388,6 +399,34 @@ impl<'a> Loader<'a> {
                     inputs: ins,
                     outputs,
                 });
+            }
+            Converted::ChainWithCopies(mut pre, op, ins, copies) => {
+                nodes.append(&mut pre);
+                let mut own = outputs.clone();
+                for &(i, _) in &copies {
+                    if let Some(slot) = own.get_mut(i) {
+                        *slot = None;
+                    }
+                }
+                while own.len() > 1 && own.last() == Some(&None) {
+                    own.pop();
+                }
+                nodes.push(Node {
+                    name: name.clone(),
+                    op,
+                    inputs: ins,
+                    outputs: own,
+                });
+                for (i, v) in copies {
+                    if let Some(Some(out)) = outputs.get(i) {
+                        nodes.push(Node {
+                            name: format!("{name}/output{i}"),
+                            op: Op::Identity,
+                            inputs: vec![Some(v)],
+                            outputs: vec![Some(*out)],
+                        });
+                    }
+                }
             }
             Converted::Constant(t) => {
                 let id = outputs

@@ -6,14 +6,22 @@
 //! and [`family`] maps each IR variant to the [`Family`] that infers, runs and lowers it. Adding an
 //! operator touches its module, one line of each table, and its tests (see `docs/engine.md`).
 
+mod attention;
+mod chain;
 mod constant;
+mod contrib;
 mod control;
 mod conv;
+mod einsum;
 mod elementwise;
 mod exec;
+mod group_norm;
+mod indexed;
 mod infer;
+mod lrn;
 mod matmul;
 mod movement;
+mod nonzero;
 mod norm;
 mod onnx;
 mod pool;
@@ -23,6 +31,7 @@ mod reduce;
 mod reshape;
 mod resize;
 mod rnn;
+mod skip_norm;
 
 pub(crate) use exec::{In, Prepared, eval_host, run_cpu};
 pub(crate) use infer::{InVal, Resolved, broadcast_shapes};
@@ -71,6 +80,14 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         resize::ONNX,
         rnn::ONNX,
         quant::ONNX,
+        indexed::ONNX,
+        nonzero::ONNX,
+        lrn::ONNX,
+        group_norm::ONNX,
+        einsum::ONNX,
+        contrib::ONNX,
+        skip_norm::ONNX,
+        attention::ONNX,
     ]
     .into_iter()
     .flatten()
@@ -110,6 +127,12 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         Op::Resize { .. } => &resize::FAMILY,
         Op::Lstm { .. } | Op::Gru { .. } => &rnn::FAMILY,
         Op::Quant(_) => &quant::FAMILY,
+        Op::CumSum { .. }
+        | Op::Trilu { .. }
+        | Op::OneHot { .. }
+        | Op::GatherNd { .. }
+        | Op::ScatterNd { .. } => &indexed::FAMILY,
+        Op::NonZero => &nonzero::FAMILY,
     }
 }
 
@@ -130,3 +153,6 @@ pub(crate) fn lower(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod refusal_tests;

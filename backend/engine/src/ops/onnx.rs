@@ -10,6 +10,9 @@ use crate::tensor::{DataType, Tensor};
 
 use super::Family;
 
+/// onnxruntime's contrib operator domain (its optimiser's fused transformer ops).
+pub(crate) const MICROSOFT: &str = "com.microsoft";
+
 /// Converts one ONNX node (its inputs already resolved) into IR.
 pub(crate) type ConvertFn =
     fn(&mut Ctx<'_>, &NodeProto, &str, &Attrs<'_>, &[Option<ValueId>]) -> Result<Converted>;
@@ -60,9 +63,30 @@ impl OnnxOp {
         }
     }
 
-    /// The opsets the loader accepts this operator in (never below the loader's oldest).
+    /// An operator of onnxruntime's `com.microsoft` domain (its opset 1, the only one there is).
+    pub(crate) const fn microsoft(
+        op_type: &'static str,
+        convert: ConvertFn,
+        family: &'static Family,
+    ) -> OnnxOp {
+        OnnxOp {
+            domain: MICROSOFT,
+            op_type,
+            since: 1,
+            until: 1,
+            convert,
+            family,
+        }
+    }
+
+    /// The opsets the loader accepts this operator in (for the default domain, never below the
+    /// loader's oldest).
     pub(crate) fn opsets(&self) -> (i64, i64) {
-        (self.since.max(MIN_OPSET), self.until)
+        if self.domain.is_empty() {
+            (self.since.max(MIN_OPSET), self.until)
+        } else {
+            (self.since, self.until)
+        }
     }
 }
 
@@ -97,6 +121,9 @@ pub(crate) enum Converted {
     Node(Op, Vec<Option<ValueId>>),
     /// Helper nodes first, then the op writing the node's outputs.
     Chain(Vec<Node>, Op, Vec<Option<ValueId>>),
+    /// As `Chain`, and each `(i, v)` makes node output `i` a copy of the helper value `v` (the op
+    /// does not write that output).
+    ChainWithCopies(Vec<Node>, Op, Vec<Option<ValueId>>, Vec<(usize, ValueId)>),
     /// A constant value for the single output.
     Constant(Tensor),
     /// An `If` with its two branches.

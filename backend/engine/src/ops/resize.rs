@@ -9,7 +9,14 @@ use crate::ir::{CoordTransform, NearestMode, ResizeMode};
 use crate::wgpu::kernels::pool::{self as gpu_pool, ResizeSpec};
 
 /// The ONNX operators this module converts.
-pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("Resize", 10, convert, &FAMILY)];
+pub(super) static ONNX: &[OnnxOp] = &[
+    // Upsample (deprecated in opset 10) is Resize with its opset-10 semantics
+    OnnxOp {
+        until: 9,
+        ..OnnxOp::new("Upsample", 7, convert, &FAMILY)
+    },
+    OnnxOp::new("Resize", 10, convert, &FAMILY),
+];
 
 /// The IR ops of this module: Resize.
 pub(super) static FAMILY: Family = Family {
@@ -100,6 +107,43 @@ fn convert(
                     axes: a.ints("axes")?.unwrap_or_default(),
                 },
                 ins,
+            ))
+        }
+        "Upsample" => {
+            let mode = match a.string("mode", "nearest")?.as_str() {
+                "nearest" => ResizeMode::Nearest,
+                "linear" | "bilinear" => ResizeMode::Linear,
+                m => {
+                    return Err(EngineError::unsupported(format!(
+                        "Upsample attribute mode='{m}' (supported: nearest, linear)"
+                    )));
+                }
+            };
+            let x = need(&ins, 0, "X")?;
+            // opset 7 gives the scales as an attribute, opset 9 as an input
+            let scales = if opset < 9 {
+                let s = a
+                    .floats("scales")?
+                    .ok_or_else(|| EngineError::invalid("Upsample (opset 7) needs the scales attribute"))?;
+                cx.constant(n.name.as_str(), Tensor::from_vec(vec![s.len()], s)?)
+            } else {
+                need(&ins, 1, "scales")?
+            };
+            Ok(Converted::Node(
+                Op::Resize {
+                    mode,
+                    // out = floor(in · scale), source = out / scale, nearest rounds down
+                    coord: CoordTransform::Asymmetric,
+                    nearest: NearestMode::Floor,
+                    cubic_coeff_a: -0.75,
+                    exclude_outside: false,
+                    extrapolation_value: 0.0,
+                    scales: Vec::new(),
+                    roi: Vec::new(),
+                    keep_aspect_ratio_policy: 0,
+                    axes: Vec::new(),
+                },
+                vec![Some(x), None, Some(scales), None],
             ))
         }
         other => Err(not_registered(other)),

@@ -20,6 +20,7 @@ mod tests;
 
 pub use adapter::AdapterChoice;
 pub(crate) use compile::{Compiler, ew_binary, ew_unary, gpu_wrong_family, host_type, usize_axis};
+pub(crate) use dtype::DType;
 pub(crate) use error::{GpuError, GpuResult};
 pub(crate) use executor::WgpuExecutor;
 pub use memory::{DeviceMemory, device_memory};

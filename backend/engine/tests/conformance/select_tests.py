@@ -19,6 +19,7 @@ Reshape Flatten Transpose Concat Split Slice Gather GatherElements Squeeze Unsqu
 Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GRU If
 Sign Mish CastLike SpaceToDepth Mod
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
+CumSum Trilu OneHot GatherND ScatterND NonZero LRN Upsample GroupNormalization Einsum RMSNormalization
 """.split())
 
 

@@ -174,12 +174,18 @@ pub fn compare(name: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) ->
     Ok(())
 }
 
-/// Run one node test directory.
+/// Run one node test directory with the tolerance its name picks ([`tolerance`]).
 pub fn run_one(dir: &Path, kind: &ExecutorKind) -> Result<(), String> {
     let test = dir
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let (rtol, atol) = tolerance(&test);
+    run_one_within(dir, kind, rtol, atol)
+}
+
+/// Run one directory in the node-test layout, comparing outputs within `rtol` and `atol`.
+pub fn run_one_within(dir: &Path, kind: &ExecutorKind, rtol: f64, atol: f64) -> Result<(), String> {
     let model = Model::load(dir.join("model.onnx")).map_err(|e| format!("load: {e}"))?;
     let model = Arc::new(model);
     let session = Session::new(
@@ -191,7 +197,6 @@ pub fn run_one(dir: &Path, kind: &ExecutorKind) -> Result<(), String> {
         },
     )
     .map_err(|e| format!("session: {e}"))?;
-    let (rtol, atol) = tolerance(&test);
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| e.to_string())?
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -1,0 +1,171 @@
+//! Unsupported attribute combinations of the operators added for real exports are refused at load,
+//! naming the node, the operator and the attribute.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use prost::Message;
+
+use crate::onnx::proto::*;
+use crate::onnx::test_graph::{init, node};
+use crate::{ErrorKind, Model};
+
+fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: 1,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            dim_value: Some(d),
+                            dim_param: None,
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+/// A graph output whose type the loader infers.
+fn untyped(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: None,
+        doc_string: String::new(),
+    }
+}
+
+/// A graph output declared as int64 with no shape (as exporters write NonZero's).
+fn int64_output(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: 7,
+                shape: None,
+            }),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+fn string_attr(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::STRING,
+        s: v.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+/// The load error of a one-graph model at `opset` with `nodes` over input `x` [2, 3, 3].
+fn load_error(opset: i64, nodes: Vec<NodeProto>, initializer: Vec<TensorProto>) -> crate::EngineError {
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: opset,
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "g".into(),
+            initializer,
+            input: vec![float_input("x", &[2, 3, 3])],
+            output: vec![untyped("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Model::from_bytes(&m.encode_to_vec(), None).unwrap_err()
+}
+
+fn assert_names(e: &crate::EngineError, parts: &[&str]) {
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    for p in parts {
+        assert!(e.to_string().contains(p), "'{p}' missing from: {e}");
+    }
+}
+
+#[test]
+fn scatter_nd_max_before_opset_18_names_the_attribute() {
+    let idx = TensorProto {
+        name: "idx".into(),
+        dims: vec![1, 1],
+        data_type: 7,
+        raw_data: 0i64.to_le_bytes().to_vec(),
+        ..Default::default()
+    };
+    let upd = init("upd", &[1, 3, 3], &[1.0; 9]);
+    let scatter = node(
+        "ScatterND",
+        &["x", "idx", "upd"],
+        "y",
+        vec![string_attr("reduction", "max")],
+    );
+    let e = load_error(16, vec![scatter], vec![idx, upd]);
+    assert_names(&e, &["ScatterND_y", "ScatterND", "reduction='max'", "opset 18"]);
+}
+
+#[test]
+fn einsum_with_a_diagonal_names_the_equation() {
+    let einsum = node("Einsum", &["x"], "y", vec![string_attr("equation", "bii->bi")]);
+    let e = load_error(13, vec![einsum], vec![]);
+    assert_names(&e, &["Einsum_y", "Einsum", "equation='bii->bi'", "diagonal"]);
+}
+
+/// NonZero over values computed from a graph input: the input becomes a host input and each plan is
+/// built for its values (the engine's rule for data-dependent shapes), so the answer is exact.
+#[test]
+fn non_zero_over_computed_values_plans_per_input_value() {
+    use crate::{ExecutorKind, Session, SessionOptions, Tensor};
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        graph: Some(GraphProto {
+            node: vec![
+                node("Relu", &["x"], "r", vec![]),
+                node("NonZero", &["r"], "y", vec![]),
+            ],
+            name: "g".into(),
+            input: vec![float_input("x", &[2, 2])],
+            output: vec![int64_output("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let model = std::sync::Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap());
+    assert_eq!(model.host_inputs(), [0]);
+    let session = Session::new(
+        model,
+        SessionOptions {
+            executor: ExecutorKind::Cpu,
+            threads: Some(1),
+            plan_cache_size: 2,
+        },
+    )
+    .unwrap();
+    for (x, want_shape, want) in [
+        (vec![1.0f32, -1.0, 0.0, 2.0], vec![2, 2], vec![0i64, 1, 0, 1]),
+        (
+            vec![-1.0f32, 3.0, 4.0, 5.0],
+            vec![2, 3],
+            vec![0i64, 1, 1, 1, 0, 1],
+        ),
+    ] {
+        let out = session
+            .run_blocking(vec![("x".into(), Tensor::from_vec(vec![2, 2], x).unwrap())])
+            .unwrap();
+        assert_eq!(out[0].1.shape, want_shape);
+        assert_eq!(out[0].1.to_i64_vec().unwrap(), want);
+    }
+}

@@ -1,0 +1,99 @@
+//! onnxruntime's `com.microsoft` operators (the fused transformer ops its optimiser writes) against
+//! onnxruntime itself, on tiny graphs built with `onnx.helper` (`tests/contrib/make_graphs.py`).
+//!
+//! Tolerance: rtol 1e-3, atol 1e-5. onnxruntime evaluates erf and tanh with its own polynomial
+//! approximations, so GELU outputs near zero differ from ours in the sixth decimal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use infergate_engine::{AdapterChoice, ExecutorKind, Model};
+use support::conformance::run_one_within;
+
+const CASES: &[&str] = &[
+    "fast_gelu",
+    "fast_gelu_no_bias",
+    "bias_gelu",
+    "gelu",
+    "quick_gelu",
+    "bias_add",
+    "skip_layer_norm",
+    "skip_layer_norm_no_beta_no_bias",
+    "skip_simplified_layer_norm",
+    "attention",
+    "attention_lengths",
+    "attention_mask",
+    "multi_head_attention",
+    "multi_head_attention_bias_mask",
+];
+
+/// The generated graphs (written once per test binary).
+fn graphs() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("contrib-ops");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/contrib/make_graphs.py");
+        let out = std::process::Command::new(support::python::python())
+            .arg(&script)
+            .arg(&dir)
+            .output()
+            .expect("start python");
+        assert!(
+            out.status.success(),
+            "make_graphs.py failed (run `make venv` for onnx/onnxruntime):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+fn run_all(kind: ExecutorKind) {
+    let mut failures = Vec::new();
+    for case in CASES {
+        if let Err(e) = run_one_within(&graphs().join(case), &kind, 1e-3, 1e-5) {
+            failures.push(format!("{case}: {e}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "differ from onnxruntime:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn contrib_ops_match_onnxruntime_on_cpu() {
+    run_all(ExecutorKind::Cpu);
+}
+
+#[test]
+fn contrib_ops_match_onnxruntime_on_wgpu() {
+    run_all(ExecutorKind::Wgpu(AdapterChoice::Auto));
+}
+
+/// The loader reads the contrib domain's opset from `opset_import`; an opset it does not know is
+/// refused naming the operator and the opsets it supports.
+#[test]
+fn an_unknown_contrib_opset_is_refused_naming_the_operator() {
+    let path = graphs().join("fast_gelu/model.onnx");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut m =
+        <infergate_engine::onnx::proto::ModelProto as prost::Message>::decode(bytes.as_slice()).unwrap();
+    for o in &mut m.opset_import {
+        if o.domain == "com.microsoft" {
+            o.version = 2;
+        }
+    }
+    bytes = prost::Message::encode_to_vec(&m);
+    let err = Model::from_bytes(&bytes, None).unwrap_err();
+    assert_eq!(err.kind(), infergate_engine::ErrorKind::Unsupported, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("FastGelu") && msg.contains("opsets 1 to 1") && msg.contains("opset 2"),
+        "{msg}"
+    );
+}
