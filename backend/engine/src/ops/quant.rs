@@ -480,7 +480,7 @@ fn conv_shape(win: &ConvWindow, x: &[usize], w: &[usize], what: &str) -> Result<
         )));
     }
     let (c, group) = (x[1], win.group);
-    if group == 0 || w[0] % group != 0 || w[1] * group != c {
+    if group == 0 || !w[0].is_multiple_of(group) || w[1] * group != c {
         return Err(EngineError::invalid(format!(
             "{what}: x has {c} channels, w {w:?} with group {group} expects {}",
             w[1] * group

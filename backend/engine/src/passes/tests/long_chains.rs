@@ -30,7 +30,7 @@ fn layer(k: usize) -> Layer {
         bias: [0.05, -0.02],
         mean: [0.1 * s, -0.1],
         var: [1.0 + s, 0.8],
-        shift: [0.1, if k % 2 == 0 { 0.2 } else { -0.1 }],
+        shift: [0.1, if k.is_multiple_of(2) { 0.2 } else { -0.1 }],
     }
 }
 
