@@ -4,7 +4,8 @@
 #   ensure-zoo.sh [CACHE_DIR]          (default ~/.cache/infergate/zoo)
 # Env: INFERGATE_PYTHON (the project venv's python, for onnxruntime's reference outputs).
 # Torch and transformers live in CACHE_DIR/venv, not in the project venv: their wheels are large.
-# The quantized models (zoo/quantize_zoo.py) are made from the exports with the project venv's onnxruntime.
+# The quantized models (zoo/quantize_zoo.py) are made from the exports with the project venv's onnxruntime, and
+# so is the BERT fused by onnxruntime's transformer optimizer (zoo/fuse_zoo.py).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 zoo_src="$here/../backend/engine/zoo"
@@ -30,8 +31,25 @@ quantize() {
     echo "$quant_want" > "$out/.quant-stamp"
   fi
 }
+# The transformer fused by onnxruntime's optimizer (zoo/fuse_zoo.py) is a third stage: a small eager-attention
+# BERT exported in the exporters' venv, then optimised with the project venv's onnxruntime.
+fuse() {
+  local fuse_want exported source
+  fuse_want="$(cat "$zoo_src/export_bert_eager.py" "$zoo_src/fuse_zoo.py" "$zoo_src/quantize_zoo.py" \
+    "$zoo_src/zoo_reference.py" "$out/.stamp" | sha256sum | cut -d' ' -f1)"
+  if [ ! -f "$out/.fuse-stamp" ] || [ "$(cat "$out/.fuse-stamp")" != "$fuse_want" ]; then
+    [ -x "$cache/venv/bin/python" ] || { echo "ensure-zoo: no exporters' venv at $cache/venv; remove $out/.stamp to rebuild the zoo" >&2; exit 1; }
+    echo "==> zoo: a BERT fused by onnxruntime.transformers.optimizer into $out" >&2
+    exported="$cache/bert_eager.onnx"
+    source="$("$cache/venv/bin/python" "$zoo_src/export_bert_eager.py" "$exported" | tail -n 1)"
+    "$py" "$zoo_src/fuse_zoo.py" "$out" "$exported" "$source" >&2
+    rm -f "$exported"
+    echo "$fuse_want" > "$out/.fuse-stamp"
+  fi
+}
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$want" ]; then
   quantize
+  fuse
   echo "$out"
   exit 0
 fi
@@ -57,4 +75,5 @@ echo "$want" > "$out.tmp/.stamp"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 quantize
+fuse
 echo "$out"

@@ -1,13 +1,14 @@
 //! The zoo of real exporter output (`zoo/export_zoo.py`: PaddleOCR's det/rec/cls as shipped in a PyPI wheel,
 //! torchvision ResNet-50, MobileNetV3, EfficientNet-B0, ViT-B/16 and SSDlite, and BERT-base, ViT-S and
 //! Whisper-tiny-like encoders from transformers configs) on the CPU executor against onnxruntime at batch 1
-//! and 2, with the test inputs of the zoo's manifest.
+//! and 2, with the test inputs of the zoo's manifest; the zoo's int8 models (`zoo/quantize_zoo.py`) and its
+//! BERT fused by onnxruntime's transformer optimizer (`zoo/fuse_zoo.py`) on both executors.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use infergate_engine::{ExecutorKind, Session, SessionOptions};
+use infergate_engine::{AdapterChoice, ExecutorKind, Session, SessionOptions};
 
 /// Relative tolerance per element, and absolute tolerance as a fraction of the output's largest magnitude.
 const RTOL: f64 = 1e-3;
@@ -145,6 +146,68 @@ fn check_quantized(name: &str, atol: f64) {
     )
     .unwrap();
     support::zoo::check(&session, &model, name, &[1, 2], 0.0, atol);
+}
+
+/// `name` on the wgpu executor (lavapipe where there is no GPU) at batch 1 against onnxruntime.
+fn check_wgpu(name: &str, rtol: f64, atol: f64) {
+    let model = support::zoo::load(name);
+    let session = Session::new(
+        model.clone(),
+        SessionOptions {
+            executor: ExecutorKind::Wgpu(AdapterChoice::Auto),
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{name}: wgpu session (is mesa-vulkan-drivers installed?): {e}"));
+    support::zoo::check(&session, &model, name, &[1], rtol, atol);
+}
+
+#[test]
+fn ocr_cls_qdq_matches_onnxruntime_on_wgpu() {
+    check_wgpu("ocr_cls_qdq", 0.0, QUANTIZED_ATOL);
+}
+
+#[test]
+fn ocr_cls_dynamic_matches_onnxruntime_on_wgpu() {
+    check_wgpu("ocr_cls_dynamic", 0.0, QUANTIZED_ATOL);
+}
+
+/// The fused BERT (`zoo/fuse_zoo.py`) records its optimizer and really holds onnxruntime's fused ops.
+#[test]
+fn zoo_fused_bert_records_its_optimizer_and_contrib_operators() {
+    let dir = support::zoo::zoo_dir();
+    let models: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("fused.json")).unwrap()).unwrap();
+    let spec = &models["hf_bert_fused"];
+    assert!(
+        spec["exporter"]
+            .as_str()
+            .is_some_and(|s| s.contains("optimize_model")),
+        "optimizer recorded: {spec}"
+    );
+    let used: Vec<&str> = spec["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for op in [
+        "com.microsoft.Attention",
+        "com.microsoft.SkipLayerNormalization",
+        "com.microsoft.BiasGelu",
+    ] {
+        assert!(used.contains(&op), "hf_bert_fused uses {op}: {used:?}");
+    }
+}
+
+#[test]
+fn hf_bert_fused_matches_onnxruntime() {
+    check_cpu("hf_bert_fused");
+}
+
+#[test]
+fn hf_bert_fused_matches_onnxruntime_on_wgpu() {
+    check_wgpu("hf_bert_fused", RTOL, ATOL);
 }
 
 #[test]

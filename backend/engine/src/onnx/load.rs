@@ -310,7 +310,7 @@ impl<'a> Loader<'a> {
         let mut out = Vec::new();
         for i in order {
             let n = &nodes[i];
-            match self.convert_node(n, i) {
+            match self.convert_node(n, i, &out) {
                 Ok(mut v) => out.append(&mut v),
                 Err(e) if e.kind() == crate::ErrorKind::Unsupported => {
                     self.unsupported.push(format!("{} ({})", node_label(n, i), e));
@@ -327,7 +327,9 @@ impl<'a> Loader<'a> {
         Ok(out)
     }
 
-    fn convert_node(&mut self, n: &NodeProto, index: usize) -> Result<Vec<Node>> {
+    /// Converts one node; `earlier` holds the nodes of its graph converted before it (in topological
+    /// order), so a converter can read how a value it takes was made.
+    fn convert_node(&mut self, n: &NodeProto, index: usize, earlier: &[Node]) -> Result<Vec<Node>> {
         match n.domain.as_str() {
             "" | "ai.onnx" => {}
             d if crate::ops::registry().any(|o| o.domain == d) => {}
@@ -370,6 +372,7 @@ impl<'a> Loader<'a> {
         let op = crate::ops::lookup(&n.domain, &n.op_type, opset)?;
         let mut cx = crate::ops::Ctx {
             graph: &mut self.graph,
+            earlier,
             opset: self.opset,
         };
         let conv = (op.convert)(&mut cx, n, &name, &attrs, &inputs)?;

@@ -85,7 +85,7 @@ fn convert(
             };
             let parts = chain.push_multi("split_qkv", split, &[qkv], 3);
             let mask = match inputs.get(3).copied().flatten() {
-                Some(m) => Some((m, mask_kind(chain.graph(), m, op, "mask_index", true)?)),
+                Some(m) => Some((m, mask_kind(&chain, m, op, "mask_index", true)?)),
                 None => None,
             };
             (
@@ -119,7 +119,7 @@ fn convert(
                 )));
             };
             for (x, what) in [(q, "query"), (k, "key"), (v, "value")] {
-                if let Some(r) = rank(chain.graph(), x)
+                if let Some(r) = rank(&chain, x)
                     && r != 3
                 {
                     return Err(EngineError::unsupported(format!(
@@ -143,7 +143,7 @@ fn convert(
                 v = chain.binary("value_bias", BinaryOp::Add, v, parts[2]);
             }
             let mask = match inputs.get(4).copied().flatten() {
-                Some(m) => Some((m, mask_kind(chain.graph(), m, op, "key_padding_mask", false)?)),
+                Some(m) => Some((m, mask_kind(&chain, m, op, "key_padding_mask", false)?)),
                 None => None,
             };
             (q, k, v, mask, inputs.get(5).copied().flatten())
@@ -216,8 +216,50 @@ fn matmul() -> Op {
     }
 }
 
-fn rank(g: &crate::ir::Graph, x: ValueId) -> Option<usize> {
-    g.values[x.0].shape.as_ref().map(Vec::len)
+/// The rank of `x` when the model declares it, or when it follows from its producers. onnxruntime's
+/// optimizer writes no shapes for the values it adds: BERT's `mask_index` is `ReduceSum(Cast(mask),
+/// axes=[1], keepdims=0)` of a declared `[batch, seq]` input, so its rank is read through that chain.
+fn rank(chain: &Chain<'_, '_>, x: ValueId) -> Option<usize> {
+    const MAX_DEPTH: usize = 8;
+    inferred_rank(chain.graph(), chain.earlier(), x, MAX_DEPTH)
+}
+
+fn inferred_rank(g: &crate::ir::Graph, earlier: &[Node], x: ValueId, depth: usize) -> Option<usize> {
+    if let Some(shape) = &g.values[x.0].shape {
+        return Some(shape.len());
+    }
+    if let Some(t) = g.constants.get(&x) {
+        return Some(t.shape.len());
+    }
+    let producer = earlier.iter().rev().find(|n| n.outputs.contains(&Some(x)))?;
+    let input = producer.inputs.first().copied().flatten()?;
+    let depth = depth.checked_sub(1)?;
+    match &producer.op {
+        Op::Cast { .. } | Op::Unary(_) => inferred_rank(g, earlier, input, depth),
+        Op::Reduce {
+            axes,
+            keepdims,
+            noop_with_empty_axes,
+            ..
+        } => {
+            let r = inferred_rank(g, earlier, input, depth)?;
+            if *keepdims {
+                return Some(r);
+            }
+            let reduced = if axes.is_empty() {
+                // opset 18+ (and ReduceSum 13+) take the axes as an input; absent means all axes
+                match producer.inputs.get(1).copied().flatten() {
+                    Some(a) => g.constants.get(&a)?.shape.iter().product::<usize>(),
+                    None if *noop_with_empty_axes => 0,
+                    None => r,
+                }
+            } else {
+                axes.len()
+            };
+            r.checked_sub(reduced)
+        }
+        _ => None,
+    }
 }
 
 /// The mask formats supported.
@@ -232,13 +274,13 @@ enum MaskKind {
 }
 
 fn mask_kind(
-    g: &crate::ir::Graph,
+    chain: &Chain<'_, '_>,
     m: ValueId,
     op: &str,
     what: &str,
     lengths_allowed: bool,
 ) -> Result<MaskKind> {
-    match rank(g, m) {
+    match rank(chain, m) {
         Some(1) if lengths_allowed => Ok(MaskKind::EndPositions),
         Some(2) => Ok(MaskKind::Keys),
         Some(3) => Ok(MaskKind::Pairs),

@@ -119,6 +119,11 @@ impl<'c, 'g> Chain<'c, 'g> {
         self.cx.graph
     }
 
+    /// The nodes converted before this one (to read how a value was made).
+    pub(crate) fn earlier(&self) -> &[Node] {
+        self.cx.earlier
+    }
+
     /// The chain ending in `op` over `inputs`, which writes the node's outputs.
     pub(crate) fn finish(self, op: Op, inputs: &[ValueId]) -> Converted {
         Converted::Chain(self.nodes, op, inputs.iter().copied().map(Some).collect())

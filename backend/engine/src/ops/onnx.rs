@@ -136,6 +136,9 @@ pub(crate) enum Converted {
 pub(crate) struct Ctx<'g> {
     /// The graph being built.
     pub(crate) graph: &'g mut Graph,
+    /// The nodes of the same graph converted before this one, in topological order (the loader adds
+    /// them to `graph` only when the whole graph is converted).
+    pub(crate) earlier: &'g [Node],
     /// The model's default-domain opset.
     pub(crate) opset: i64,
 }

@@ -1,7 +1,9 @@
 """Real exported models from the engine's zoo (backend/engine/zoo/, made by scripts/ensure-zoo.sh) served by
 infergate-backend with auto-completed configs, asked over gRPC by tritonclient, and compared with
 onnxruntime's outputs for the same inputs: PaddleOCR's recogniser and classifier as shipped in a PyPI wheel,
-and a Whisper-like encoder exported by torch."""
+a Whisper-like encoder exported by torch, the classifier quantized by onnxruntime.quantization (QDQ and
+dynamic), and a BERT fused by onnxruntime's transformer optimizer (Attention, SkipLayerNormalization,
+BiasGelu). The `_gpu` copies run on the wgpu executor (KIND_GPU; lavapipe where there is no GPU)."""
 
 import os
 import subprocess
@@ -15,7 +17,21 @@ from tritonclient.utils import np_to_triton_dtype
 
 from conftest import start_backend
 
-MODELS = ["ocr_rec", "ocr_cls", "hf_whisper_encoder"]
+# Served name -> (zoo model, instance kind or None for auto-complete's CPU default).
+MODELS = {
+    "ocr_rec": ("ocr_rec", None),
+    "ocr_cls": ("ocr_cls", None),
+    "hf_whisper_encoder": ("hf_whisper_encoder", None),
+    "ocr_cls_qdq": ("ocr_cls_qdq", None),
+    "ocr_cls_dynamic": ("ocr_cls_dynamic", None),
+    "hf_bert_fused": ("hf_bert_fused", None),
+    "ocr_cls_qdq_gpu": ("ocr_cls_qdq", "KIND_GPU"),
+    "hf_bert_fused_gpu": ("hf_bert_fused", "KIND_GPU"),
+}
+# onnxruntime runs the quantized models with integer kernels and we run float ones between the QDQ pairs, so
+# an activation can land one quantization step apart: their outputs (class probabilities) get an absolute
+# tolerance, as in the engine's zoo tests.
+QUANTIZED_ATOL = 0.05
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "scripts", "ensure-zoo.sh")
 
 
@@ -30,11 +46,15 @@ def zoo():
 @pytest.fixture(scope="module")
 def server(zoo, tmp_path_factory):
     repo = tmp_path_factory.mktemp("zoo_repo")
-    for name in MODELS:
+    for name, (source, kind) in MODELS.items():
         d = repo / name / "1"
         d.mkdir(parents=True)
-        with open(os.path.join(zoo, f"{name}.onnx"), "rb") as src, open(d / "model.onnx", "wb") as dst:
+        with open(os.path.join(zoo, f"{source}.onnx"), "rb") as src, open(d / "model.onnx", "wb") as dst:
             dst.write(src.read())
+        if kind:
+            # A partial config: inputs and outputs still come from the model's signature.
+            (repo / name / "config.pbtxt").write_text(
+                f'name: "{name}"\nmax_batch_size: 4\ninstance_group [ {{ kind: {kind} }} ]\n')
     log = tmp_path_factory.mktemp("logs") / "zoo-backend.log"
     s = start_backend(str(repo), log)
     yield s
@@ -46,15 +66,19 @@ def load_pb(path):
     return t.name, numpy_helper.to_array(t)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", list(MODELS))
 def test_served_zoo_model_matches_onnxruntime(zoo, server, name):
+    source, kind = MODELS[name]
     client = grpcclient.InferenceServerClient(server.grpc)
     try:
         assert client.is_model_ready(name)
+        if kind:
+            config = client.get_model_config(name, as_json=True)["config"]
+            assert config["instance_group"][0]["kind"] == kind, config
         meta = client.get_model_metadata(name, as_json=True)
         out_names = [o["name"] for o in meta["outputs"]]
         for batch in (1, 2):
-            ref = os.path.join(zoo, "ref", name, f"b{batch}")
+            ref = os.path.join(zoo, "ref", source, f"b{batch}")
             inputs = []
             for i in range(len(meta["inputs"])):
                 n, a = load_pb(os.path.join(ref, f"input_{i}.pb"))
@@ -66,8 +90,11 @@ def test_served_zoo_model_matches_onnxruntime(zoo, server, name):
                 _, want = load_pb(os.path.join(ref, f"output_{i}.pb"))
                 got = r.as_numpy(o)
                 assert got.shape == want.shape, f"{name} batch {batch} output {o}"
-                scale = max(float(np.abs(want).max()), 1e-6)
-                np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale,
+                if "_qdq" in source or "_dynamic" in source:
+                    rtol, atol = 0.0, QUANTIZED_ATOL
+                else:
+                    rtol, atol = 1e-3, 1e-4 * max(float(np.abs(want).max()), 1e-6)
+                np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
                                            err_msg=f"{name} batch {batch} output {o}")
     finally:
         client.close()
