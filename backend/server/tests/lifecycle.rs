@@ -336,6 +336,40 @@ async fn a_model_without_config_is_auto_completed_from_its_onnx_signature() {
     assert!(entry.reason.contains("--strict-model-config"), "{}", entry.reason);
 }
 
+/// A config that sets only what the user cares about (here the instance kind and batch size) gets its
+/// inputs and outputs from the model file, as Triton's auto-complete does; --strict-model-config refuses it.
+#[tokio::test]
+async fn a_config_without_inputs_and_outputs_is_completed_from_the_onnx_signature() {
+    let repo = Repo::new();
+    let partial = "name: \"partial\"\nplatform: \"onnxruntime_onnx\"\nmax_batch_size: 4\ninstance_group [ { kind: KIND_CPU } ]\n";
+    repo.simple("partial", &[(1, 1)], Some(partial));
+    let core = core(repo.path(), ControlMode::None).await;
+    let meta = core.model_metadata("partial", None).unwrap();
+    assert_eq!(meta.inputs[0].name, "x");
+    assert_eq!(meta.inputs[0].shape, vec![-1, 4]);
+    let r = core
+        .infer(request("partial", None, &[[1.0; 4], [2.0; 4]]))
+        .await
+        .unwrap();
+    assert_eq!(output_f32(&r, "y"), vec![2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]);
+
+    let mut strict = options(repo.path(), ControlMode::None);
+    strict.repository.strict_model_config = true;
+    let strict = ServerCore::new(strict);
+    strict.start().await.unwrap();
+    let entry = strict
+        .repository_index(false)
+        .into_iter()
+        .find(|e| e.name == "partial")
+        .unwrap();
+    assert!(
+        entry.reason.contains("declares no inputs or no outputs")
+            && entry.reason.contains("--strict-model-config"),
+        "{}",
+        entry.reason
+    );
+}
+
 #[tokio::test]
 async fn version_policies_choose_the_served_versions() {
     let repo = Repo::new();

@@ -61,12 +61,23 @@ pub(super) fn validate(c: &ModelConfig, spans: &SpanIndex, file: &Path) -> Diagn
         );
     }
     let is_ensemble = c.platform == "ensemble";
+    // A model's inputs and outputs may be left to auto-complete (the backend's default, as Triton's): it
+    // takes them from the model file, and --strict-model-config refuses the config instead. An ensemble
+    // has no model file to take them from.
     if c.input.is_empty() && !is_ensemble {
         k.warn("input", format!("model '{model}' declares no inputs"));
     }
-    if c.output.is_empty() {
-        k.error("output", format!("model '{model}' declares no outputs"))
+    if c.output.is_empty() && is_ensemble {
+        k.error("output", format!("ensemble '{model}' declares no outputs"))
             .hint = Some("add output [ { name: \"...\", data_type: TYPE_FP32, dims: [ ... ] } ]".into());
+    } else if c.output.is_empty() {
+        k.warn(
+            "output",
+            format!(
+                "model '{model}' declares no outputs: auto-complete takes them from the model file \
+                 (--strict-model-config refuses this)"
+            ),
+        );
     }
     let mut names: HashSet<&str> = HashSet::new();
     let ios = c

@@ -240,6 +240,13 @@ impl Repository {
                 model_dir.display()
             ));
         }
+        if self.opts.strict_model_config && model_config::needs_autocomplete(file_config.as_ref()) {
+            return Err(format!(
+                "{}: the config declares no inputs or no outputs and --strict-model-config is set; declare them, \
+                 or drop the flag to take them from the ONNX model",
+                model_dir.display()
+            ));
+        }
         let available = scan::versions(&model_dir);
         let policy_source = file_config.clone().unwrap_or_default();
         let mut selected = policy_source.select_versions(&available);

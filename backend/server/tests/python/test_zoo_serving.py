@@ -54,7 +54,7 @@ def server(zoo, tmp_path_factory):
         if kind:
             # A partial config: inputs and outputs still come from the model's signature.
             (repo / name / "config.pbtxt").write_text(
-                f'name: "{name}"\nmax_batch_size: 4\ninstance_group [ {{ kind: {kind} }} ]\n')
+                f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\ninstance_group [ {{ kind: {kind} }} ]\n')
     log = tmp_path_factory.mktemp("logs") / "zoo-backend.log"
     s = start_backend(str(repo), log)
     yield s
