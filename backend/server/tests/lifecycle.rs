@@ -324,16 +324,23 @@ async fn a_model_without_config_is_auto_completed_from_its_onnx_signature() {
         .unwrap();
     assert_eq!(output_f32(&r, "y"), vec![2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]);
 
-    let mut strict = options(repo.path(), ControlMode::None);
+    let reason = refusal_under_strict_model_config(repo.path(), "auto").await;
+    assert!(reason.contains("--strict-model-config"), "{reason}");
+}
+
+/// Why `model` is not served when the repository is read with --strict-model-config.
+#[allow(clippy::unwrap_used)]
+async fn refusal_under_strict_model_config(repo: &std::path::Path, model: &str) -> String {
+    let mut strict = options(repo, ControlMode::None);
     strict.repository.strict_model_config = true;
     let strict = ServerCore::new(strict);
     strict.start().await.unwrap();
-    let entry = strict
+    strict
         .repository_index(false)
         .into_iter()
-        .find(|e| e.name == "auto")
-        .unwrap();
-    assert!(entry.reason.contains("--strict-model-config"), "{}", entry.reason);
+        .find(|e| e.name == model)
+        .unwrap()
+        .reason
 }
 
 /// A config that sets only what the user cares about (here the instance kind and batch size) gets its
@@ -353,20 +360,10 @@ async fn a_config_without_inputs_and_outputs_is_completed_from_the_onnx_signatur
         .unwrap();
     assert_eq!(output_f32(&r, "y"), vec![2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]);
 
-    let mut strict = options(repo.path(), ControlMode::None);
-    strict.repository.strict_model_config = true;
-    let strict = ServerCore::new(strict);
-    strict.start().await.unwrap();
-    let entry = strict
-        .repository_index(false)
-        .into_iter()
-        .find(|e| e.name == "partial")
-        .unwrap();
+    let reason = refusal_under_strict_model_config(repo.path(), "partial").await;
     assert!(
-        entry.reason.contains("declares no inputs or no outputs")
-            && entry.reason.contains("--strict-model-config"),
-        "{}",
-        entry.reason
+        reason.contains("declares no inputs or no outputs") && reason.contains("--strict-model-config"),
+        "{reason}"
     );
 }
 
