@@ -12,8 +12,8 @@ pub(super) static FAMILY: Family = Family {
     plan_time: true,
     param_input,
     resolve,
-    cpu,
-    wgpu,
+    cpu: plan_time_cpu,
+    wgpu: plan_time_wgpu,
 };
 
 fn convert(
@@ -40,23 +40,4 @@ fn param_input(_op: &Op, _i: usize) -> bool {
 /// Specialisation inlines If before resolving nodes.
 fn resolve(op: &Op, _ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved> {
     Err(EngineError::internal(format!("{} reached resolve", op.name())))
-}
-
-fn cpu(
-    op: &Op,
-    _ins: &[In<'_>],
-    _outs: &[(DataType, Vec<usize>)],
-    _prep: Option<&Prepared>,
-) -> Result<Vec<Buf>> {
-    Err(EngineError::internal(format!(
-        "{} reached the CPU executor",
-        op.name()
-    )))
-}
-
-fn wgpu(_c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
-    Err(GpuError::internal(format!(
-        "{} reached the wgpu executor (specialisation inlines it)",
-        n.op.name()
-    )))
 }

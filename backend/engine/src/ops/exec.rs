@@ -94,3 +94,27 @@ pub(crate) fn float_only(dtype: DataType, what: &str) -> Result<()> {
 pub(crate) fn wrong_family(op: &Op, family: &str) -> EngineError {
     EngineError::internal(format!("{} reached the {family} operators", op.name()))
 }
+
+/// The CPU entry of a family whose ops specialisation computes or inlines: they never reach an executor.
+pub(crate) fn plan_time_cpu(
+    op: &Op,
+    _ins: &[In<'_>],
+    _outs: &[(DataType, Vec<usize>)],
+    _prep: Option<&Prepared>,
+) -> Result<Vec<Buf>> {
+    Err(EngineError::internal(format!(
+        "{} reached the CPU executor (specialisation computes or inlines it)",
+        op.name()
+    )))
+}
+
+/// The wgpu entry of a family whose ops specialisation computes or inlines.
+pub(crate) fn plan_time_wgpu(
+    _c: &mut crate::wgpu::Compiler<'_>,
+    n: &crate::ir::Node,
+) -> crate::wgpu::GpuResult<()> {
+    Err(crate::wgpu::GpuError::internal(format!(
+        "{} reached the wgpu executor (specialisation computes or inlines it)",
+        n.op.name()
+    )))
+}

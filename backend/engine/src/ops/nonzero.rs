@@ -19,8 +19,8 @@ pub(super) static FAMILY: Family = Family {
     plan_time: true,
     param_input,
     resolve,
-    cpu,
-    wgpu,
+    cpu: plan_time_cpu,
+    wgpu: plan_time_wgpu,
 };
 
 fn convert(
@@ -55,23 +55,4 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
         }
         other => Err(wrong_family(other, "nonzero")),
     }
-}
-
-fn cpu(
-    op: &Op,
-    _ins: &[In<'_>],
-    _outs: &[(DataType, Vec<usize>)],
-    _prep: Option<&Prepared>,
-) -> Result<Vec<Buf>> {
-    Err(EngineError::internal(format!(
-        "{} reached the CPU executor (specialisation should have computed it)",
-        op.name()
-    )))
-}
-
-fn wgpu(_c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
-    Err(GpuError::internal(format!(
-        "{} reached the wgpu executor (specialisation should have computed it)",
-        n.op.name()
-    )))
 }

@@ -1,7 +1,9 @@
 //! What every operator module imports.
 
 pub(super) use super::Family;
-pub(super) use super::exec::{In, Prepared, arg, back, f32_of, float_only, wrong_family};
+pub(super) use super::exec::{
+    In, Prepared, arg, back, f32_of, float_only, plan_time_cpu, plan_time_wgpu, wrong_family,
+};
 pub(super) use super::infer::{
     InVal, Resolved, broadcast_shapes, check_epilogue, concrete, defaults, host_f64, host_ints, i64_tensor,
     norm_axis, opt, req, window,
