@@ -529,12 +529,7 @@ fn cpu(
             let (x, xs) = arg(ins, 0)?;
             let (scale, ss) = arg(ins, 1)?;
             let layout = Layout::new(xs, ss, *axis as usize, *block_size, "y_scale")?;
-            let zp = ins
-                .get(2)
-                .copied()
-                .flatten()
-                .map(|(z, _)| ints(z, "y_zero_point"))
-                .transpose()?;
+            let zp = optional_ints(ins, 2, "y_zero_point")?;
             let y = linear::quantize(
                 &f32_of(x),
                 &f32_of(scale),
@@ -548,12 +543,7 @@ fn cpu(
             let (x, xs) = arg(ins, 0)?;
             let (scale, ss) = arg(ins, 1)?;
             let layout = Layout::new(xs, ss, *axis as usize, *block_size, "x_scale")?;
-            let zp = ins
-                .get(2)
-                .copied()
-                .flatten()
-                .map(|(z, _)| ints(z, "x_zero_point"))
-                .transpose()?;
+            let zp = optional_ints(ins, 2, "x_zero_point")?;
             let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout);
             Ok(vec![back(out0.0, y)])
         }
@@ -644,19 +634,22 @@ struct MatMulAcc {
     shape: MatMulShape,
 }
 
+/// Optional input `i` (a zero point) as integers, when present.
+fn optional_ints(ins: &[In<'_>], i: usize, what: &str) -> Result<Option<Vec<i32>>> {
+    ins.get(i)
+        .copied()
+        .flatten()
+        .map(|(z, _)| ints(z, what))
+        .transpose()
+}
+
 /// The integer matmul of inputs `[a, b, a_zero_point, b_zero_point]` at the given indices.
 fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4]) -> Result<MatMulAcc> {
     let (a, sa) = arg(ins, ia)?;
     let (b, sb) = arg(ins, ib)?;
     let shape = MatMulShape::new(sa, sb)?;
     let (m, k, n) = (shape.m, shape.k, shape.n);
-    let zero_points = |i: usize| {
-        ins.get(i)
-            .copied()
-            .flatten()
-            .map(|(z, _)| ints(z, "zero point"))
-            .transpose()
-    };
+    let zero_points = |i: usize| optional_ints(ins, i, "zero point");
     let (az, bz) = (zero_points(iaz)?, zero_points(ibz)?);
     let a = igemm::centred(&ints(a, "A")?, |i| {
         az.as_ref()
@@ -705,13 +698,7 @@ fn conv_acc(ins: &[In<'_>], win: &ConvWindow, [ix, iw, ixz, iwz]: [usize; 4]) ->
         pad_begin: win.pads[..ns].to_vec(),
         dilations: win.dilations.clone(),
     };
-    let zero_points = |i: usize| {
-        ins.get(i)
-            .copied()
-            .flatten()
-            .map(|(z, _)| ints(z, "zero point"))
-            .transpose()
-    };
+    let zero_points = |i: usize| optional_ints(ins, i, "zero point");
     let (xz, wz) = (zero_points(ixz)?, zero_points(iwz)?);
     let x_zp = xz.as_ref().and_then(|z| z.first().copied()).unwrap_or(0);
     let per_filter: usize = sw[1..].iter().product();
