@@ -6,8 +6,9 @@
 //!
 //! Dynamic dims other than the batch take their value from `--input`. Prints the wall time per run of both,
 //! the time per operator type, and the K slowest nodes of ours with onnxruntime's time for the node of the same
-//! name (onnxruntime keeps a fused node's first name; so do we). Needs the project venv's onnxruntime
-//! (`INFERGATE_PYTHON`, default `~/.cache/infergate/venv/bin/python`) unless `--no-ort`.
+//! name (onnxruntime keeps a fused node's first name; so do we). `RUST_LOG=infergate_engine=debug` also
+//! prints the plan's choices (a batch run whole or split, and the times that decided it). Needs the project
+//! venv's onnxruntime (`INFERGATE_PYTHON`, default `~/.cache/infergate/venv/bin/python`) unless `--no-ort`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -20,6 +21,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use infergate_engine::cpu::CpuExecutor;
 use infergate_engine::{DataType, Dim, Model, SessionOptions, Tensor};
+
+/// Runs before timing: a batch that can run split settles on whole or split over its first four
+/// (the CPU executor times both ways on real runs), then one more.
+const WARMUP_RUNS: usize = 5;
 
 /// onnxruntime's side: runs the model with profiling on and prints one JSON object:
 /// `{"wall_ms": per-run wall time, "nodes": [[name, op, mean µs], ...]}` in execution order.
@@ -227,13 +232,18 @@ fn ort_profile(a: &Args, spec: &serde_json::Value) -> anyhow::Result<OrtProfile>
 }
 
 fn main() -> anyhow::Result<()> {
+    // RUST_LOG=infergate_engine=debug shows the plan's choices (batch split, fusions)
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let a = parse_args()?;
     let model = Arc::new(Model::load(&a.model).with_context(|| format!("load {}", a.model.display()))?);
     let inputs = make_inputs(&model, &a)?;
     let tensors: Vec<Tensor> = inputs.iter().map(|i| i.3.clone()).collect();
     let opts = SessionOptions::default();
     let exec = CpuExecutor::new(model.clone(), opts.threads, opts.plan_cache_size)?;
-    for _ in 0..3 {
+    for _ in 0..WARMUP_RUNS {
         exec.run_blocking(tensors.clone())?;
     }
     let t = Instant::now();

@@ -62,6 +62,7 @@ pub(crate) fn unary_f32(u: UnaryOp, x: f32) -> f32 {
         }
         UnaryOp::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
         UnaryOp::HardSwish => x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
+        UnaryOp::Silu => x * unary_f32(UnaryOp::Sigmoid, x),
         UnaryOp::Softplus => {
             if x > 20.0 {
                 x

@@ -116,7 +116,10 @@ pub(crate) fn matmul_f32(
         }
         (oa * ar * ac, ob * br * bc)
     };
-    if m * n * k < SMALL && nb > 1 {
+    // Many products (attention's heads × batch) run one per task: a fork-join inside each small
+    // product costs more than it splits, and the heads balance over the threads by themselves.
+    let per_task = m * n * k < SMALL || nb >= 2 * rayon::current_num_threads();
+    if per_task && nb > 1 {
         out.par_chunks_mut(m * n).enumerate().try_for_each(|(bi, c)| {
             let (oa, ob) = offsets(bi);
             product(oa, ob, m, c, bi * m, false)

@@ -74,9 +74,8 @@ struct CpuPlan {
     consts: Vec<Option<Arc<Buf>>>,
     last_use: Vec<Option<usize>>,
     prepared: Vec<Option<Arc<Prepared>>>,
-    /// The batch size and the one-sample plan when the batch runs as one-sample runs
-    /// ([`split`]); the plan's own constants and weights are then left empty.
-    split: Option<(usize, Arc<CpuPlan>)>,
+    /// The one-sample plan when the batch can also run as one-sample runs ([`split`]).
+    split: Option<SplitPlan>,
     /// Runs on the caller's thread rather than the pool ([`inline`]).
     on_caller: bool,
 }
@@ -103,17 +102,14 @@ impl CpuPlan {
         })
     }
 
-    /// A plan for `graph` (batch `n`) that runs its samples apart on `one`.
-    fn split(graph: ConcreteGraph, n: usize, one: Arc<CpuPlan>) -> CpuPlan {
-        CpuPlan {
-            graph,
-            consts: Vec::new(),
-            last_use: Vec::new(),
-            prepared: Vec::new(),
-            split: Some((n, one)),
-            on_caller: false,
-        }
-    }
+}
+
+/// A full-batch plan's alternative: its `n` samples run apart on `one`, when [`split::Choice`]
+/// measures that faster.
+struct SplitPlan {
+    n: usize,
+    one: Arc<CpuPlan>,
+    choice: split::Choice,
 }
 
 /// Pack a node's constant f32 weights for its kernel (once per executor, [`Weights::packed`]): a
@@ -253,7 +249,7 @@ impl CpuExecutor {
         inner.pool.install(|| {
             let plan = inner.plan(&inputs)?;
             let (plan, inputs, split_into) = match &plan.split {
-                Some((n, one)) => {
+                Some(SplitPlan { n, one, choice }) if choice.settled() == Some(split::Way::Split) => {
                     let first = inputs
                         .iter()
                         .map(|t| split::sample(t, 0))
@@ -261,7 +257,7 @@ impl CpuExecutor {
                         .ok_or_else(|| EngineError::internal("cannot take sample 0 of the inputs"))?;
                     (one.clone(), first, Some(*n))
                 }
-                None => (plan.clone(), inputs, None),
+                _ => (plan.clone(), inputs, None),
             };
             let mut times = Vec::with_capacity(plan.graph.nodes.len());
             execute(&plan, &inputs, Some(&mut times))?;
@@ -306,9 +302,9 @@ impl Inner {
         Ok(plan)
     }
 
-    /// The plan for `graph`, specialised for `inputs`: split into one-sample runs when every node
-    /// keeps the samples apart and the one-sample plan is this one with batch 1
-    /// ([`split::batch_axis`], [`split::same_but_batch`]); otherwise run as a whole.
+    /// The plan for `graph`, specialised for `inputs`; with the one-sample alternative when every
+    /// node keeps the samples apart and the one-sample plan is this one with batch 1
+    /// ([`split::batch_axis`], [`split::same_but_batch`]).
     fn build(&self, graph: ConcreteGraph, inputs: &[Tensor]) -> Result<CpuPlan> {
         // A plan small enough for the caller's thread is also too small to gain from splitting.
         if !inline::runs_on_caller(&graph)
@@ -322,12 +318,15 @@ impl Inner {
             && split::same_but_batch(&graph, &one)
             && split::split_pays(&one)
         {
-            tracing::debug!(batch = n, "cpu plan: samples run apart");
-            return Ok(CpuPlan::split(
-                graph,
+            tracing::debug!(batch = n, "cpu plan: samples can run apart");
+            let one = Arc::new(CpuPlan::new(one, &self.weights)?);
+            let mut plan = CpuPlan::new(graph, &self.weights)?;
+            plan.split = Some(SplitPlan {
                 n,
-                Arc::new(CpuPlan::new(one, &self.weights)?),
-            ));
+                one,
+                choice: split::Choice::default(),
+            });
+            return Ok(plan);
         }
         CpuPlan::new(graph, &self.weights)
     }
@@ -338,10 +337,17 @@ impl Inner {
     }
 
     fn run_plan(&self, plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        match &plan.split {
-            Some((n, one)) => run_split(one, inputs, *n),
-            None => execute(plan, inputs, None),
-        }
+        let Some(SplitPlan { n, one, choice }) = &plan.split else {
+            return execute(plan, inputs, None);
+        };
+        let way = choice.next();
+        let start = Instant::now();
+        let out = match way {
+            split::Way::Whole => execute(plan, inputs, None),
+            split::Way::Split => run_split(one, inputs, *n),
+        }?;
+        choice.record(way, start.elapsed());
+        Ok(out)
     }
 }
 

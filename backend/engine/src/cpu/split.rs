@@ -12,8 +12,81 @@
 //!   the full plan with the batch dim set to 1: same nodes and attributes, same shapes elsewhere,
 //!   identical constants (so nothing folded at specialisation depends on the batch size).
 
+use std::sync::Mutex;
+use std::time::Duration;
+
 use crate::ir::{ConcreteGraph, CoordTransform, Op, ResizeMode, ValueId};
 use crate::tensor::{DataType, Tensor};
+
+/// Runs of each way timed before a plan settles on the faster one.
+const TRIALS: u32 = 2;
+
+/// How a batch that can run split is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Way {
+    /// one execution of the full-batch plan
+    Whole,
+    /// one execution of the one-sample plan per sample, in parallel
+    Split,
+}
+
+/// The choice between [`Way::Whole`] and [`Way::Split`] for one plan, measured on its own first
+/// batches (real requests, so the trials cost nothing extra): they alternate until each way has
+/// run [`TRIALS`] times, then the faster best time wins for good. Which is faster depends on the
+/// model and the machine (a transformer's batch-8 products beat eight single-threaded ones on two
+/// cores; a CNN's cache-sized samples win apart), and guessing it wrong made batching slower per
+/// sample than single requests.
+#[derive(Debug, Default)]
+pub(crate) struct Choice {
+    state: Mutex<Trials>,
+}
+
+#[derive(Debug, Default)]
+struct Trials {
+    whole: Vec<Duration>,
+    split: Vec<Duration>,
+    settled: Option<Way>,
+}
+
+impl Choice {
+    /// The way to run the next batch.
+    pub(crate) fn next(&self) -> Way {
+        let Ok(t) = self.state.lock() else {
+            return Way::Whole;
+        };
+        match t.settled {
+            Some(way) => way,
+            None if t.split.len() < t.whole.len() => Way::Split,
+            None => Way::Whole,
+        }
+    }
+
+    /// The way settled on, once measured.
+    pub(crate) fn settled(&self) -> Option<Way> {
+        self.state.lock().ok().and_then(|t| t.settled)
+    }
+
+    /// Record that a batch ran `way` in `took`.
+    pub(crate) fn record(&self, way: Way, took: Duration) {
+        let Ok(mut t) = self.state.lock() else {
+            return;
+        };
+        if t.settled.is_some() {
+            return;
+        }
+        match way {
+            Way::Whole => t.whole.push(took),
+            Way::Split => t.split.push(took),
+        }
+        if t.whole.len() >= TRIALS as usize && t.split.len() >= TRIALS as usize {
+            let best = |v: &[Duration]| v.iter().min().copied().unwrap_or(Duration::MAX);
+            let (whole, split) = (best(&t.whole), best(&t.split));
+            let way = if split < whole { Way::Split } else { Way::Whole };
+            tracing::debug!(?whole, ?split, ?way, "cpu plan: batch way measured");
+            t.settled = Some(way);
+        }
+    }
+}
 
 /// Weights up to this size are taken to stay in the last-level cache (32 MiB on the machines we
 /// measure on; server parts have as much or more), so re-reading them once per sample is cheap.
@@ -68,6 +141,12 @@ fn batched_values(g: &ConcreteGraph) -> Option<(usize, Vec<bool>)> {
         if !ok {
             return None;
         }
+        if matches!(node.op, Op::Concat { .. }) {
+            // the repeated constants it takes (see its rule) are per-sample from here on
+            for v in node.inputs.iter().flatten() {
+                batched[v.0] = true;
+            }
+        }
         for o in node.outputs.iter().flatten() {
             let v = &g.values[o.0];
             if v.shape.first() != Some(&n) || !fixed_width(v.dtype) {
@@ -77,6 +156,16 @@ fn batched_values(g: &ConcreteGraph) -> Option<(usize, Vec<bool>)> {
         }
     }
     g.outputs.iter().all(|o| batched[o.0]).then_some((n, batched))
+}
+
+/// True when `t` (at least one slice along axis 0) is one slice repeated along axis 0.
+fn repeated_along_axis0(t: &Tensor) -> bool {
+    let n = t.shape.first().copied().unwrap_or(0);
+    if n == 0 || !t.data.len().is_multiple_of(n) {
+        return false;
+    }
+    let per = t.data.len() / n;
+    per > 0 && t.data.chunks(per).all(|c| c == &t.data[..per])
 }
 
 /// `axis` counted from the front.
@@ -152,9 +241,16 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
         // row-major: with the first dim kept, each sample's block stays in place
         Op::Reshape { .. } => x_batched,
         Op::Transpose { perm } => x_batched && perm.first() == Some(&0),
+        // a constant made of one slice repeated n times along axis 0 (a ViT's class token expanded
+        // to the batch, folded at specialisation) is the same for every sample: sample i takes slice i
         Op::Concat { axis } => {
             norm(*axis, out_rank).is_some_and(|a| a >= 1)
-                && node.inputs.iter().flatten().all(|v| batched[v.0])
+                && node.inputs.iter().flatten().all(|v| {
+                    batched[v.0]
+                        || g.constants.get(v).is_some_and(|t| {
+                            t.shape.first() == Some(&n) && t.dtype != DataType::String && repeated_along_axis0(t)
+                        })
+                })
         }
         Op::Slice { starts, steps } => x_batched && starts.first() == Some(&0) && steps.first() == Some(&1),
         Op::Gather { axis } => {
@@ -220,8 +316,22 @@ pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool 
         || full.nodes.len() != one.nodes.len()
         || full.inputs != one.inputs
         || full.outputs != one.outputs
-        || full.constants != one.constants
+        || full.constants.len() != one.constants.len()
     {
+        return false;
+    }
+    // identical constants, or (batched ones) the one-sample constant repeated along axis 0
+    let constants_match = full.constants.iter().all(|(id, a)| {
+        one.constants.get(id).is_some_and(|b| {
+            a == b
+                || (batched[id.0]
+                    && a.dtype == b.dtype
+                    && b.shape.first() == Some(&1)
+                    && a.shape.get(1..) == b.shape.get(1..)
+                    && a.data.chunks(b.data.len().max(1)).all(|c| c == &b.data[..]))
+        })
+    });
+    if !constants_match {
         return false;
     }
     let values_match = full

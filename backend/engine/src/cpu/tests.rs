@@ -120,7 +120,7 @@ fn input(shape: Vec<usize>) -> Tensor {
 
 /// The plan that holds the weights: the one-sample plan of a split plan.
 fn holder(plan: &CpuPlan) -> &CpuPlan {
-    plan.split.as_ref().map_or(plan, |(_, one)| one)
+    plan.split.as_ref().map_or(plan, |s| &s.one)
 }
 
 /// The addresses of a plan's constant buffers and packed weights.
@@ -373,4 +373,62 @@ fn only_small_element_wise_plans_run_on_the_caller_and_they_are_not_split() {
     let (w1, w2) = two_weights();
     let matmuls = one_thread_executor(&two_matmuls_softmax(&w1, &w2));
     assert!(!matmuls.inner.plan(&[input(vec![2, 16])]).unwrap().on_caller);
+}
+
+fn int64_init(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: 7,
+        int64_data: data.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// A ViT's embedding: a class token `[1, 1, 4]` expanded to the batch (through Shape → Gather →
+/// Concat, folded into a `[n, 1, 4]` constant at specialisation), put before the `[n, 3, 4]` input,
+/// then a MatMul.
+fn class_token_then_matmul() -> Arc<Model> {
+    model(
+        vec![
+            node("Shape", &["x"], "s", vec![]),
+            node("Gather", &["s", "zero"], "nb", vec![attr_int("axis", 0)]),
+            node("Concat", &["nb", "one_four"], "target", vec![attr_int("axis", 0)]),
+            node("Expand", &["cls", "target"], "cls_b", vec![]),
+            node("Concat", &["cls_b", "x"], "seq", vec![attr_int("axis", 1)]),
+            node("MatMul", &["seq", "w"], "y", vec![]),
+        ],
+        &[-1, 3, 4],
+        &[-1, 4, 4],
+        vec![
+            int64_init("zero", &[1], &[0]),
+            int64_init("one_four", &[2], &[1, 4]),
+            init("cls", &[1, 1, 4], &[0.5, -1.0, 2.0, 0.25]),
+            init("w", &[4, 4], &ramp(16, 5, 11)),
+        ],
+    )
+}
+
+#[test]
+fn a_class_token_expanded_to_the_batch_keeps_the_batch_splittable() {
+    let exec = executor(&class_token_then_matmul(), 4);
+    let x = input(vec![3, 3, 4]);
+    let plan = exec.inner.plan(std::slice::from_ref(&x)).unwrap();
+    assert!(plan.split.is_some(), "the repeated class token must not block splitting");
+    // every way of running it (whole, split, then the settled one) computes what one sample at a
+    // time does
+    let rows = x.to_vec::<f32>().unwrap();
+    let mut alone = Vec::new();
+    for sample in rows.chunks(12) {
+        let one = Tensor::from_vec(vec![1, 3, 4], sample.to_vec()).unwrap();
+        alone.extend(exec.run_blocking(vec![one]).unwrap()[0].to_vec::<f32>().unwrap());
+    }
+    for run in 0..5 {
+        let got = exec.run_blocking(vec![x.clone()]).unwrap()[0].to_vec::<f32>().unwrap();
+        assert_close(&got, &alone, &format!("run {run}"));
+    }
+    assert!(
+        plan.split.as_ref().is_some_and(|s| s.choice.settled().is_some()),
+        "two timed runs each way settle the choice"
+    );
 }

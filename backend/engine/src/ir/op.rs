@@ -74,6 +74,9 @@ pub enum UnaryOp {
     },
     /// x · max(0, min(1, x/6 + 1/2))
     HardSwish,
+    /// x · sigmoid(x) (SiLU, Swish with β = 1): produced by the pattern pass from `Mul(x, Sigmoid(x))`, the
+    /// form exporters write EfficientNet's and YOLO's activation in.
+    Silu,
     /// ln(1 + e^x)
     Softplus,
     /// −1, 0 or 1 by the sign of x (NaN stays NaN); also on integers

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::ir::{BinaryOp, Graph, Op, UnaryOp, ValueId};
-use crate::passes::{Facts, is_output, sweep};
+use crate::passes::{Facts, private_producer, sweep};
 
 /// The HardSigmoid inside HardSwish: max(0, min(1, x/6 + 1/2)).
 const SIXTH: f32 = 1.0 / 6.0;
@@ -133,15 +133,6 @@ fn clip_x_plus_3(g: &Graph, facts: &Facts, c: ValueId) -> Option<(ValueId, Vec<u
         return None;
     };
     Some((x, vec![ci, ai]))
-}
-
-/// The node producing `v` when nothing else reads `v` (so the node can go with the chain).
-fn private_producer<'g>(g: &'g Graph, facts: &Facts, v: ValueId) -> Option<(usize, &'g crate::ir::Node)> {
-    if facts.uses[v.0] != 1 || is_output(g, v) {
-        return None;
-    }
-    let i = *facts.producers.get(&v)?;
-    Some((i, &g.nodes[i]))
 }
 
 /// The bounds of a Clip node: its attributes (opset < 11) or its constant min/max inputs.

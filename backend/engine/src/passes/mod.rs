@@ -5,6 +5,7 @@ mod fold;
 mod fuse;
 mod hard_swish;
 mod patterns;
+mod silu;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +24,7 @@ pub const PASSES: &[(&str, Pass)] = &[
     ("layer_norm", patterns::layer_norm),
     ("gelu", patterns::gelu),
     ("hard_swish", hard_swish::hard_swish),
+    ("silu", silu::silu),
     ("transpose_into_matmul", fuse::transpose_into_matmul),
     ("fuse_activation", fuse::fuse_activation),
     ("fuse_binary", fuse::fuse_binary),
@@ -140,4 +142,13 @@ pub(crate) fn replace_uses(g: &mut Graph, from: ValueId, to: ValueId) {
 /// True when `v` is a graph output.
 pub(crate) fn is_output(g: &Graph, v: ValueId) -> bool {
     g.outputs.contains(&v)
+}
+
+/// The node producing `v` when nothing else reads `v` (so the node can go with the chain).
+pub(crate) fn private_producer<'g>(g: &'g Graph, facts: &Facts, v: ValueId) -> Option<(usize, &'g crate::ir::Node)> {
+    if facts.uses[v.0] != 1 || is_output(g, v) {
+        return None;
+    }
+    let i = *facts.producers.get(&v)?;
+    Some((i, &g.nodes[i]))
 }

@@ -142,6 +142,7 @@ pub(crate) fn ew_unary(op: UnaryOp) -> expr::UnaryOp {
         UnaryOp::Selu { alpha, gamma } => E::Selu(alpha, gamma),
         UnaryOp::HardSigmoid { alpha, beta } => E::HardSigmoid(alpha, beta),
         UnaryOp::HardSwish => E::HardSwish,
+        UnaryOp::Silu => E::Silu,
         UnaryOp::Softplus => E::Softplus,
         UnaryOp::Sign => E::Sign,
         UnaryOp::Mish => E::Mish,

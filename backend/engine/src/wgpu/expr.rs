@@ -32,6 +32,8 @@ pub(crate) enum UnaryOp {
     Not,
     Softplus,
     HardSwish,
+    /// `x * sigmoid(x)`.
+    Silu,
     Sign,
     Mish,
     /// Exact GELU (`x * Φ(x)`).
@@ -490,6 +492,7 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         Erf => format!("ew_erf({a})"),
         Tanh => format!("ew_tanh({a})"),
         Sigmoid => format!("ew_sigmoid({a})"),
+        Silu => format!("({a} * ew_sigmoid({a}))"),
         Relu => format!("max({a}, 0.0)"),
         Sin => format!("sin({a})"),
         Cos => format!("cos({a})"),

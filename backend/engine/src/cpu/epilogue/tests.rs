@@ -26,7 +26,7 @@ fn close(got: &[f32], want: &[f32], what: &str) {
     }
 }
 
-const UNARIES: [UnaryOp; 12] = [
+const UNARIES: [UnaryOp; 13] = [
     UnaryOp::Relu,
     UnaryOp::LeakyRelu { alpha: 0.1 },
     UnaryOp::HardSigmoid {
@@ -40,6 +40,7 @@ const UNARIES: [UnaryOp; 12] = [
     UnaryOp::Sqrt,
     UnaryOp::Reciprocal,
     UnaryOp::Sigmoid,
+    UnaryOp::Silu,
     UnaryOp::Tanh,
     UnaryOp::Gelu { tanh: false },
 ];

@@ -50,6 +50,9 @@ struct Geo {
 /// Panels of A per block of rows (a `MC × KC` block of A stays in L2).
 const MC_PANELS: usize = 64;
 
+/// Values of A from which packing is spread over the pool's threads.
+const PACK_PARALLEL: usize = 1 << 16;
+
 fn geo(isa: Isa) -> Geo {
     match isa {
         Isa::Avx512 => Geo {
@@ -58,8 +61,8 @@ fn geo(isa: Isa) -> Geo {
             kc: 128,
         },
         Isa::Avx2 => Geo {
-            mr: 4,
-            nr: 24,
+            mr: 6,
+            nr: 16,
             kc: 256,
         },
         Isa::Scalar => Geo {
@@ -103,34 +106,45 @@ impl PackedA {
         let mr = geo(isa).mr;
         let panels = m.div_ceil(mr);
         let mut data = vec![0f32; panels * mr * k];
-        if k > 0 {
-            for (p, panel) in data.chunks_exact_mut(mr * k).enumerate() {
-                let rows = mr.min(m - p * mr);
-                let first = off + p * mr * rs;
-                if rs == 1 {
-                    // column-major A: the panel's values of one k are contiguous
-                    for (kk, step) in panel.chunks_exact_mut(mr).enumerate() {
-                        let col = &src[first + kk * cs..first + kk * cs + rows];
-                        step[..rows]
-                            .iter_mut()
-                            .zip(col)
-                            .for_each(|(d, &v)| *d = v * alpha);
-                    }
-                } else {
-                    for i in 0..rows {
-                        let row = first + i * rs;
-                        if cs == 1 {
-                            let row = &src[row..row + k];
-                            for (d, &v) in panel[i..].iter_mut().step_by(mr).zip(row) {
-                                *d = v * alpha;
-                            }
-                        } else {
-                            for kk in 0..k {
-                                panel[kk * mr + i] = src[row + kk * cs] * alpha;
-                            }
+        let pack_panel = |p: usize, panel: &mut [f32]| {
+            let rows = mr.min(m - p * mr);
+            let first = off + p * mr * rs;
+            if rs == 1 {
+                // column-major A: the panel's values of one k are contiguous
+                for (kk, step) in panel.chunks_exact_mut(mr).enumerate() {
+                    let col = &src[first + kk * cs..first + kk * cs + rows];
+                    step[..rows]
+                        .iter_mut()
+                        .zip(col)
+                        .for_each(|(d, &v)| *d = v * alpha);
+                }
+            } else {
+                for i in 0..rows {
+                    let row = first + i * rs;
+                    if cs == 1 {
+                        let row = &src[row..row + k];
+                        for (d, &v) in panel[i..].iter_mut().step_by(mr).zip(row) {
+                            *d = v * alpha;
+                        }
+                    } else {
+                        for kk in 0..k {
+                            panel[kk * mr + i] = src[row + kk * cs] * alpha;
                         }
                     }
                 }
+            }
+        };
+        if k > 0 {
+            // An activation packed per call (a MatMul's left operand at batch 8) is megabytes:
+            // packing it on one thread would leave the others idle before the product.
+            if m * k >= PACK_PARALLEL {
+                data.par_chunks_exact_mut(mr * k)
+                    .enumerate()
+                    .for_each(|(p, panel)| pack_panel(p, panel));
+            } else {
+                data.chunks_exact_mut(mr * k)
+                    .enumerate()
+                    .for_each(|(p, panel)| pack_panel(p, panel));
             }
         }
         Ok(PackedA { m, k, isa, data })

@@ -1,5 +1,9 @@
 //! x86-64 micro-kernels of the matrix product: one register tile `C[mr × nr] = init + A·B` with
-//! AVX-512F (8 × 48: 24 accumulators of 16 lanes) or AVX2 + FMA (4 × 24: 12 accumulators of 8).
+//! AVX-512F (8 × 48: 24 accumulators of 16 lanes) or AVX2 + FMA (6 × 16: 12 accumulators of 8).
+//!
+//! The AVX2 tile keeps 12 accumulators, 2 B vectors and 1 broadcast in 15 of the 16 registers: a
+//! 4 × 24 tile needs all 16, and the compiler then spills an accumulator to the stack, putting a
+//! store-to-load round trip on the loop's critical path (a third of the kernel's peak).
 //!
 //! A is a packed panel (`k` steps of `MR` values, broadcast one at a time), B a packed panel (`k`
 //! steps of `NR` values, zero-padded, so its loads need no mask); only C's columns past `nr` are
@@ -30,8 +34,8 @@ pub(super) enum TileInit {
 const MR512: usize = 8;
 const NR512: usize = 48;
 /// Rows and columns of a packed AVX2 panel.
-const MR256: usize = 4;
-const NR256: usize = 24;
+const MR256: usize = 6;
+const NR256: usize = 16;
 
 /// One tile with the instruction set's kernel, picking the instance for `mr` rows and `nr` columns.
 ///
@@ -52,14 +56,19 @@ pub(super) unsafe fn tile(
     nr: usize,
     init: TileInit,
 ) {
+    // one instance per count of column vectors and per (rows → MR of the instance)
+    macro_rules! rows {
+        ($f:ident, $v:literal, [$($m:literal => $mr:literal),*]) => {
+            match mr {
+                $($m => $f::<$mr, $v>(k, a, b, c, ldc, mr, nr, init),)*
+                _ => {}
+            }
+        };
+    }
     macro_rules! pick {
-        ($f:ident, $nv:expr, [$($m:literal => $mr:literal),*]) => {
-            match (mr, $nv) {
-                $(
-                    ($m, 1) => $f::<$mr, 1>(k, a, b, c, ldc, mr, nr, init),
-                    ($m, 2) => $f::<$mr, 2>(k, a, b, c, ldc, mr, nr, init),
-                    ($m, _) => $f::<$mr, 3>(k, a, b, c, ldc, mr, nr, init),
-                )*
+        ($f:ident, $nv:expr, $rows:tt, [$($v:literal),*]) => {
+            match $nv {
+                $($v => rows!($f, $v, $rows),)*
                 _ => {}
             }
         };
@@ -69,9 +78,9 @@ pub(super) unsafe fn tile(
     unsafe {
         match isa {
             Isa::Avx512 => {
-                pick!(tile_avx512, nr.div_ceil(16), [1 => 1, 2 => 2, 3 => 4, 4 => 4, 5 => 8, 6 => 8, 7 => 8, 8 => 8])
+                pick!(tile_avx512, nr.div_ceil(16), [1 => 1, 2 => 2, 3 => 4, 4 => 4, 5 => 8, 6 => 8, 7 => 8, 8 => 8], [1, 2, 3])
             }
-            Isa::Avx2 => pick!(tile_avx2, nr.div_ceil(8), [1 => 1, 2 => 2, 3 => 4, 4 => 4]),
+            Isa::Avx2 => pick!(tile_avx2, nr.div_ceil(8), [1 => 1, 2 => 2, 3 => 3, 4 => 4, 5 => 6, 6 => 6], [1, 2]),
             Isa::Scalar => {}
         }
     }

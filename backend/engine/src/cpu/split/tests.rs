@@ -149,3 +149,30 @@ fn samples_come_apart_and_stack_back() {
     let refs: Vec<&Tensor> = parts.iter().collect();
     assert_eq!(stack(&refs).unwrap(), t);
 }
+
+#[test]
+fn the_choice_alternates_until_both_ways_ran_twice_then_keeps_the_faster() {
+    let ms = Duration::from_millis;
+    let c = Choice::default();
+    let mut order = Vec::new();
+    for (whole, split) in [(ms(10), ms(6)), (ms(9), ms(7))] {
+        order.push(c.next());
+        c.record(Way::Whole, whole);
+        order.push(c.next());
+        c.record(Way::Split, split);
+    }
+    assert_eq!(order, [Way::Whole, Way::Split, Way::Whole, Way::Split]);
+    assert_eq!(c.settled(), Some(Way::Split));
+    assert_eq!(c.next(), Way::Split);
+    // a slow run after settling changes nothing
+    c.record(Way::Split, ms(100));
+    assert_eq!(c.next(), Way::Split);
+
+    // the whole batch wins when it is faster at its best
+    let c = Choice::default();
+    for _ in 0..2 {
+        c.record(Way::Whole, ms(5));
+        c.record(Way::Split, ms(8));
+    }
+    assert_eq!(c.settled(), Some(Way::Whole));
+}

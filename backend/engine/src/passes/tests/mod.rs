@@ -6,6 +6,7 @@
 mod hard_swish;
 mod long_chains;
 mod probes;
+mod silu;
 mod squeeze_excitation;
 
 use std::sync::Arc;

@@ -74,6 +74,7 @@ pub(crate) fn variants() -> GpuResult<Vec<crate::wgpu::template::KernelSource>> 
         UnaryOp::Cos,
         UnaryOp::Softplus,
         UnaryOp::HardSwish,
+        UnaryOp::Silu,
         UnaryOp::Gelu,
         UnaryOp::GeluTanh,
         UnaryOp::LeakyRelu(0.1),

@@ -58,6 +58,7 @@ fn unary_ops_with_attributes() {
         // The CPU executor's erf (f64 inside) is the reference for the shader's f32 one.
         (UnaryOp::Erf, erf_f32),
         (UnaryOp::Sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
+        (UnaryOp::Silu, |v| v / (1.0 + (-v).exp())),
         (UnaryOp::Tanh, f32::tanh),
         (UnaryOp::Round, |v| {
             let r = v.round();
