@@ -139,6 +139,7 @@ fn batched_values(g: &ConcreteGraph) -> Option<(usize, Vec<bool>)> {
         }
         let ok = node_keeps_samples_apart(g, node, n, &batched);
         if !ok {
+            tracing::debug!(node = %node.name, op = node.op.name(), "cpu plan: the node may mix samples; no split");
             return None;
         }
         if matches!(node.op, Op::Concat { .. }) {
@@ -150,6 +151,7 @@ fn batched_values(g: &ConcreteGraph) -> Option<(usize, Vec<bool>)> {
         for o in node.outputs.iter().flatten() {
             let v = &g.values[o.0];
             if v.shape.first() != Some(&n) || !fixed_width(v.dtype) {
+                tracing::debug!(node = %node.name, shape = ?v.shape, "cpu plan: an output moves the sample axis; no split");
                 return None;
             }
             batched[o.0] = true;
