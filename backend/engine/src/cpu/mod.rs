@@ -101,7 +101,6 @@ impl CpuPlan {
             split: None,
         })
     }
-
 }
 
 /// A full-batch plan's alternative: its `n` samples run apart on `one`, when [`split::Choice`]

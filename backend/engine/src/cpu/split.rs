@@ -4,7 +4,8 @@
 //! sample's do). The outputs are the per-sample outputs concatenated along axis 0.
 //!
 //! Two checks make this exact rather than a heuristic:
-//! - [`batch_axis`] follows the sample axis through the full-batch plan with a per-op rule (a
+//! - [`batch_axis`] follows the sample axis through the full-batch plan (Transpose, Slice and Reshape
+//!   may move it off axis 0 and back; inputs and outputs carry it on axis 0) with a per-op rule (a
 //!   Conv's input 0 carries it, its weights must not; a Reduce must not reduce axis 0; a broadcast
 //!   operand without the sample axis must have size 1 there or a smaller rank; …). Any op without a
 //!   rule, or any use that could mix samples, refuses the split.
@@ -115,49 +116,91 @@ pub(crate) fn batch_axis(g: &ConcreteGraph) -> Option<usize> {
     batched_values(g).map(|(n, _)| n)
 }
 
-/// The batch size and, per value, whether its axis 0 is the sample axis.
-fn batched_values(g: &ConcreteGraph) -> Option<(usize, Vec<bool>)> {
+/// The sample axis of each value: `None` for a value shared by all samples.
+type SampleAxes = Vec<Option<usize>>;
+
+/// The batch size and, per value, which axis carries the samples. Inputs and outputs carry them on
+/// axis 0; inside the plan, Transpose, Slice and Reshape may move them (an attention block's
+/// `[B, L, 3, H, D] → [3, B, H, L, D]` before taking Q, K and V apart), every other op needs them on
+/// axis 0.
+fn batched_values(g: &ConcreteGraph) -> Option<(usize, SampleAxes)> {
     let first = g.inputs.first()?;
     let n = *g.values[first.0].shape.first()?;
     if n < 2 {
         return None;
     }
     let fixed_width = |dt: DataType| dt != DataType::String;
-    let mut batched = vec![false; g.values.len()];
+    let mut axes: SampleAxes = vec![None; g.values.len()];
     for id in &g.inputs {
         let v = &g.values[id.0];
         if v.shape.first() != Some(&n) || !fixed_width(v.dtype) || g.constants.contains_key(id) {
             return None;
         }
-        batched[id.0] = true;
+        axes[id.0] = Some(0);
     }
     for node in &g.nodes {
-        let any_batched = node.inputs.iter().flatten().any(|v| batched[v.0]);
-        if !any_batched {
+        let in_axes: Vec<usize> = node.inputs.iter().flatten().filter_map(|v| axes[v.0]).collect();
+        if in_axes.is_empty() {
             // computed from constants only: the same for every sample
             continue;
         }
-        let ok = node_keeps_samples_apart(g, node, n, &batched);
-        if !ok {
+        let out_axis = match moved_axis(g, node, n, &axes) {
+            Some(a) => Some(a),
+            None if in_axes.iter().all(|&a| a == 0) && node_keeps_samples_apart(g, node, n, &axes) => Some(0),
+            None => None,
+        };
+        let Some(out_axis) = out_axis else {
             tracing::debug!(node = %node.name, op = node.op.name(), "cpu plan: the node may mix samples; no split");
             return None;
-        }
+        };
         if matches!(node.op, Op::Concat { .. }) {
             // the repeated constants it takes (see its rule) are per-sample from here on
             for v in node.inputs.iter().flatten() {
-                batched[v.0] = true;
+                axes[v.0] = Some(0);
             }
         }
         for o in node.outputs.iter().flatten() {
             let v = &g.values[o.0];
-            if v.shape.first() != Some(&n) || !fixed_width(v.dtype) {
-                tracing::debug!(node = %node.name, shape = ?v.shape, "cpu plan: an output moves the sample axis; no split");
+            if v.shape.get(out_axis) != Some(&n) || !fixed_width(v.dtype) {
+                tracing::debug!(node = %node.name, shape = ?v.shape, "cpu plan: an output loses the sample axis; no split");
                 return None;
             }
-            batched[o.0] = true;
+            axes[o.0] = Some(out_axis);
         }
     }
-    g.outputs.iter().all(|o| batched[o.0]).then_some((n, batched))
+    g.outputs
+        .iter()
+        .all(|o| axes[o.0] == Some(0))
+        .then_some((n, axes))
+}
+
+/// Where a data-movement node puts the sample axis of its input (any axis), when it keeps every
+/// sample's values together: a Transpose moves it, a Slice that takes all of it keeps it, a Reshape
+/// that keeps the same number of values before it (row-major, so sample i's values keep their
+/// offsets) moves it to the output dim of size `n` there. `None` for other nodes.
+fn moved_axis(g: &ConcreteGraph, node: &crate::ir::Node, n: usize, axes: &[Option<usize>]) -> Option<usize> {
+    let a = axes[node.input(0)?.0]?;
+    let in_shape = &g.values[node.input(0)?.0].shape;
+    let out_shape = &g.values[node.output(0)?.0].shape;
+    match &node.op {
+        Op::Transpose { perm } => perm.iter().position(|&p| p == a),
+        Op::Slice { starts, steps } => {
+            (starts.get(a) == Some(&0) && steps.get(a) == Some(&1) && out_shape.get(a) == Some(&n))
+                .then_some(a)
+        }
+        Op::Reshape { .. } => {
+            let before: usize = in_shape[..a].iter().product();
+            let mut prefix = 1usize;
+            for (j, &d) in out_shape.iter().enumerate() {
+                if prefix == before && d == n {
+                    return Some(j);
+                }
+                prefix *= d;
+            }
+            None
+        }
+        _ => None,
+    }
 }
 
 /// True when `t` (at least one slice along axis 0) is one slice repeated along axis 0.
@@ -178,9 +221,15 @@ fn norm(axis: i64, rank: usize) -> Option<usize> {
 
 /// The per-op rule: true when every sample of the node's outputs depends only on the same sample
 /// of its batched inputs (and on values shared by all samples).
-fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize, batched: &[bool]) -> bool {
+fn node_keeps_samples_apart(
+    g: &ConcreteGraph,
+    node: &crate::ir::Node,
+    n: usize,
+    axes: &[Option<usize>],
+) -> bool {
+    let batched = |v: ValueId| axes[v.0] == Some(0);
     let shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
-    let is_b = |i: usize| node.input(i).is_some_and(|v| batched[v.0]);
+    let is_b = |i: usize| node.input(i).is_some_and(batched);
     let out_rank = node.output(0).map_or(0, |o| g.values[o.0].shape.len());
     let x_rank = shape(0).map_or(0, <[usize]>::len);
     // input i broadcast against the output: carries the sample axis at the output's axis 0, or is
@@ -189,7 +238,7 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
         None => true,
         Some(v) => {
             let s = &g.values[v.0].shape;
-            if batched[v.0] {
+            if batched(v) {
                 s.len() == out_rank && s.first() == Some(&n)
             } else {
                 s.len() < out_rank || s.first() == Some(&1)
@@ -240,21 +289,21 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
         | Op::Softmax { axis, .. }
         | Op::TopK { axis, .. }
         | Op::Split { axis, .. } => x_batched && norm(*axis, x_rank).is_some_and(|a| a >= 1),
-        // row-major: with the first dim kept, each sample's block stays in place
-        Op::Reshape { .. } => x_batched,
-        Op::Transpose { perm } => x_batched && perm.first() == Some(&0),
+        // data movement: `moved_axis` follows the sample axis through it
+        Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } => false,
         // a constant made of one slice repeated n times along axis 0 (a ViT's class token expanded
         // to the batch, folded at specialisation) is the same for every sample: sample i takes slice i
         Op::Concat { axis } => {
             norm(*axis, out_rank).is_some_and(|a| a >= 1)
-                && node.inputs.iter().flatten().all(|v| {
-                    batched[v.0]
-                        || g.constants.get(v).is_some_and(|t| {
-                            t.shape.first() == Some(&n) && t.dtype != DataType::String && repeated_along_axis0(t)
+                && node.inputs.iter().flatten().all(|&v| {
+                    batched(v)
+                        || g.constants.get(&v).is_some_and(|t| {
+                            t.shape.first() == Some(&n)
+                                && t.dtype != DataType::String
+                                && repeated_along_axis0(t)
                         })
                 })
         }
-        Op::Slice { starts, steps } => x_batched && starts.first() == Some(&0) && steps.first() == Some(&1),
         Op::Gather { axis } => {
             let a = norm(*axis, x_rank);
             let idx_rank = shape(1).map_or(0, <[usize]>::len);
@@ -311,7 +360,7 @@ fn node_keeps_samples_apart(g: &ConcreteGraph, node: &crate::ir::Node, n: usize,
 /// True when `one` (specialised for one sample) is `full` (specialised for `n`) with the sample
 /// axis of every batched value set to 1: same nodes, wiring, dtypes, other dims and constants.
 pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool {
-    let Some((_, batched)) = batched_values(full) else {
+    let Some((_, axes)) = batched_values(full) else {
         return false;
     };
     if full.values.len() != one.values.len()
@@ -326,7 +375,7 @@ pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool 
     let constants_match = full.constants.iter().all(|(id, a)| {
         one.constants.get(id).is_some_and(|b| {
             a == b
-                || (batched[id.0]
+                || (axes[id.0] == Some(0)
                     && a.dtype == b.dtype
                     && b.shape.first() == Some(&1)
                     && a.shape.get(1..) == b.shape.get(1..)
@@ -340,14 +389,20 @@ pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool 
         .values
         .iter()
         .zip(&one.values)
-        .zip(&batched)
-        .all(|((a, b), &bat)| {
+        .zip(&axes)
+        .all(|((a, b), &axis)| {
             a.dtype == b.dtype
                 && a.shape.len() == b.shape.len()
-                && if bat {
-                    b.shape.first() == Some(&1) && a.shape[1..] == b.shape[1..]
-                } else {
-                    a.shape == b.shape
+                && match axis {
+                    Some(k) => {
+                        b.shape[k] == 1
+                            && a.shape
+                                .iter()
+                                .zip(&b.shape)
+                                .enumerate()
+                                .all(|(j, (x, y))| j == k || x == y)
+                    }
+                    None => a.shape == b.shape,
                 }
         });
     values_match

@@ -414,7 +414,10 @@ fn a_class_token_expanded_to_the_batch_keeps_the_batch_splittable() {
     let exec = executor(&class_token_then_matmul(), 4);
     let x = input(vec![3, 3, 4]);
     let plan = exec.inner.plan(std::slice::from_ref(&x)).unwrap();
-    assert!(plan.split.is_some(), "the repeated class token must not block splitting");
+    assert!(
+        plan.split.is_some(),
+        "the repeated class token must not block splitting"
+    );
     // every way of running it (whole, split, then the settled one) computes what one sample at a
     // time does
     let rows = x.to_vec::<f32>().unwrap();
@@ -424,7 +427,9 @@ fn a_class_token_expanded_to_the_batch_keeps_the_batch_splittable() {
         alone.extend(exec.run_blocking(vec![one]).unwrap()[0].to_vec::<f32>().unwrap());
     }
     for run in 0..5 {
-        let got = exec.run_blocking(vec![x.clone()]).unwrap()[0].to_vec::<f32>().unwrap();
+        let got = exec.run_blocking(vec![x.clone()]).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap();
         assert_close(&got, &alone, &format!("run {run}"));
     }
     assert!(

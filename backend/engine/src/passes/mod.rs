@@ -145,7 +145,11 @@ pub(crate) fn is_output(g: &Graph, v: ValueId) -> bool {
 }
 
 /// The node producing `v` when nothing else reads `v` (so the node can go with the chain).
-pub(crate) fn private_producer<'g>(g: &'g Graph, facts: &Facts, v: ValueId) -> Option<(usize, &'g crate::ir::Node)> {
+pub(crate) fn private_producer<'g>(
+    g: &'g Graph,
+    facts: &Facts,
+    v: ValueId,
+) -> Option<(usize, &'g crate::ir::Node)> {
     if facts.uses[v.0] != 1 || is_output(g, v) {
         return None;
     }

@@ -80,7 +80,9 @@ pub(super) unsafe fn tile(
             Isa::Avx512 => {
                 pick!(tile_avx512, nr.div_ceil(16), [1 => 1, 2 => 2, 3 => 4, 4 => 4, 5 => 8, 6 => 8, 7 => 8, 8 => 8], [1, 2, 3])
             }
-            Isa::Avx2 => pick!(tile_avx2, nr.div_ceil(8), [1 => 1, 2 => 2, 3 => 3, 4 => 4, 5 => 6, 6 => 6], [1, 2]),
+            Isa::Avx2 => {
+                pick!(tile_avx2, nr.div_ceil(8), [1 => 1, 2 => 2, 3 => 3, 4 => 4, 5 => 6, 6 => 6], [1, 2])
+            }
             Isa::Scalar => {}
         }
     }

@@ -176,3 +176,88 @@ fn the_choice_alternates_until_both_ways_ran_twice_then_keeps_the_faster() {
     }
     assert_eq!(c.settled(), Some(Way::Whole));
 }
+
+/// `x [n, 4, 6]` through `ops` in turn (each with its output shape), as an attention block takes Q, K
+/// and V apart.
+fn chain(n: usize, ops: Vec<(Op, Vec<usize>)>) -> ConcreteGraph {
+    let val = |name: String, shape: Vec<usize>| ConcreteValue {
+        name,
+        dtype: DataType::F32,
+        shape,
+    };
+    let mut values = vec![val("x".into(), vec![n, 4, 6])];
+    let mut nodes = Vec::new();
+    for (i, (op, shape)) in ops.into_iter().enumerate() {
+        values.push(val(format!("v{i}"), shape));
+        nodes.push(Node {
+            name: format!("n{i}"),
+            op,
+            inputs: vec![Some(ValueId(i))],
+            outputs: vec![Some(ValueId(i + 1))],
+        });
+    }
+    let last = ValueId(values.len() - 1);
+    ConcreteGraph {
+        values,
+        nodes,
+        inputs: vec![ValueId(0)],
+        outputs: vec![last],
+        constants: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn the_sample_axis_is_followed_through_transpose_slice_and_reshape() {
+    let n = 3;
+    let reshape = || Op::Reshape { allowzero: false };
+    let to_front = Op::Transpose {
+        perm: vec![2, 0, 1, 3],
+    };
+    let take_q = |start: i64, batch_start: i64| Op::Slice {
+        starts: vec![start, batch_start, 0, 0],
+        steps: vec![1, 1, 1, 1],
+    };
+    // [n, 4, 6] → [n, 4, 3, 2] → [3, n, 4, 2] → [1, n, 4, 2] → [n, 4, 2]
+    let qkv = |slice: Op, sliced: Vec<usize>, last: Option<Op>| {
+        let mut ops = vec![
+            (reshape(), vec![n, 4, 3, 2]),
+            (to_front.clone(), vec![3, n, 4, 2]),
+            (slice, sliced.clone()),
+        ];
+        if let Some(op) = last {
+            let mut out = sliced;
+            out.remove(0);
+            ops.push((op, out));
+        }
+        chain(n, ops)
+    };
+    assert_eq!(
+        batch_axis(&qkv(take_q(1, 0), vec![1, n, 4, 2], Some(reshape()))),
+        Some(n),
+        "the samples leave axis 0 and come back"
+    );
+    // a Slice that drops samples mixes them up
+    assert_eq!(
+        batch_axis(&qkv(take_q(0, 1), vec![3, n - 1, 4, 2], Some(reshape()))),
+        None
+    );
+    // an output whose samples are not on axis 0 cannot be stacked
+    assert_eq!(batch_axis(&qkv(take_q(1, 0), vec![1, n, 4, 2], None)), None);
+    // an op other than data movement needs the samples on axis 0
+    let softmax_off_axis = chain(
+        n,
+        vec![
+            (Op::Transpose { perm: vec![1, 0, 2] }, vec![4, n, 6]),
+            (
+                Op::Softmax {
+                    axis: 2,
+                    log: false,
+                    coerce_2d: false,
+                },
+                vec![4, n, 6],
+            ),
+            (Op::Transpose { perm: vec![1, 0, 2] }, vec![n, 4, 6]),
+        ],
+    );
+    assert_eq!(batch_axis(&softmax_off_axis), None);
+}
