@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{assert_close, conv_epilogues, float, model, op_names, run_cpu, value};
+use super::{assert_close, conv_1x1_then, conv_epilogues, float, op_names, run_cpu};
 use crate::Model;
 use crate::ir::{BinaryOp, EpilogueStep, Op, UnaryOp};
 use crate::onnx::proto::{NodeProto, TensorProto};
@@ -18,21 +18,17 @@ const W: [f32; C * C] = [1.5, -0.5, 0.25, 2.0];
 /// `Conv(x, W)` named "conv" followed by `tail`, which reads "conv" and writes "y"; the constants
 /// "three", "six", "sixth" and "zero" are there for it to use.
 fn conv_then(tail: Vec<NodeProto>) -> Arc<Model> {
-    let c = C as i64;
-    let mut nodes = vec![node("Conv", &["x", "w"], "conv", vec![])];
-    nodes.extend(tail);
     let scalar = |name: &str, v: f32| -> TensorProto { init(name, &[], &[v]) };
-    model(
-        nodes,
+    conv_1x1_then(
+        C,
+        &W,
+        tail,
         vec![
-            init("w", &[c, c, 1, 1], &W),
             scalar("three", 3.0),
             scalar("six", 6.0),
             scalar("sixth", 1.0 / 6.0),
             scalar("zero", 0.0),
         ],
-        value("x", &[-1, c, -1, -1], &["batch", "height", "width"]),
-        value("y", &[-1, c, -1, -1], &["batch", "height", "width"]),
     )
 }
 

@@ -145,3 +145,18 @@ fn assert_close(got: &[f32], want: &[f32]) {
         );
     }
 }
+
+/// `Conv(x, w)` with 1×1 weights `w` over `c` channels, named "conv", followed by `tail`, which reads "conv"
+/// and writes "y"; `inits` are extra constants for the tail.
+fn conv_1x1_then(c: usize, w: &[f32], tail: Vec<NodeProto>, mut inits: Vec<TensorProto>) -> Arc<Model> {
+    let c = c as i64;
+    let mut nodes = vec![crate::onnx::test_graph::node("Conv", &["x", "w"], "conv", vec![])];
+    nodes.extend(tail);
+    inits.insert(0, crate::onnx::test_graph::init("w", &[c, c, 1, 1], w));
+    model(
+        nodes,
+        inits,
+        value("x", &[-1, c, -1, -1], &["batch", "height", "width"]),
+        value("y", &[-1, c, -1, -1], &["batch", "height", "width"]),
+    )
+}

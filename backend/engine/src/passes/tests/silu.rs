@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use super::{assert_close, conv_epilogues, model, op_names, run_cpu, value};
+use super::{assert_close, conv_1x1_then, conv_epilogues, op_names, run_cpu};
 use crate::Model;
 use crate::ir::{EpilogueStep, UnaryOp};
 use crate::onnx::proto::NodeProto;
-use crate::onnx::test_graph::{init, node};
+use crate::onnx::test_graph::node;
 
 const C: usize = 2;
 
@@ -16,15 +16,7 @@ const W: [f32; C * C] = [1.5, -0.5, 0.25, 2.0];
 
 /// `Conv(x, W)` named "conv" followed by `tail`, which reads "conv" and writes "y".
 fn conv_then(tail: Vec<NodeProto>) -> Arc<Model> {
-    let c = C as i64;
-    let mut nodes = vec![node("Conv", &["x", "w"], "conv", vec![])];
-    nodes.extend(tail);
-    model(
-        nodes,
-        vec![init("w", &[c, c, 1, 1], &W)],
-        value("x", &[-1, c, -1, -1], &["batch", "height", "width"]),
-        value("y", &[-1, c, -1, -1], &["batch", "height", "width"]),
-    )
+    conv_1x1_then(C, &W, tail, Vec::new())
 }
 
 /// The model's output on an input reaching from −8 to 8, against `f` of the Conv's output.
