@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, ConcreteGraph, ConcreteValue, Graph, Node, Op, ValueId};
 use crate::model::{Dim, PlanInput, Signature, TensorSpec};
 use crate::ops::{InVal, Resolved, eval_host, is_param_input, resolve};
-use crate::tensor::{DataType, Tensor};
+use crate::tensor::{DataType, Tensor, checked_elements};
 
 /// Indices of graph inputs whose values feed parameter inputs (shapes, axes, …), directly or
 /// through host-computable nodes.
@@ -287,6 +287,9 @@ impl Spec<'_> {
                 inputs: keep,
                 outputs,
             } => {
+                for (_, shape) in &outputs {
+                    checked_elements(shape).map_err(|e| e.context(&format!("node '{}'", n.name)))?;
+                }
                 let all_host = keep
                     .iter()
                     .all(|k| k.is_none_or(|i| ins[i].as_ref().is_some_and(|v| v.host.is_some())));

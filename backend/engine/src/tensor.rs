@@ -157,6 +157,24 @@ pub struct Tensor {
     pub data: Bytes,
 }
 
+/// The most elements one value may hold: 2^32, 16 GiB of f32, past any model we serve.
+pub(crate) const MAX_ELEMENTS: usize = 1 << 32;
+
+/// The number of elements of `shape`, refused past [`MAX_ELEMENTS`]. Shapes come from model data
+/// (initializer dims, Reshape targets, Expand shapes, Tile repeats), so they are checked, not
+/// trusted. Zero dims count as one for the bound, so every partial product of a checked shape (a
+/// Flatten, a reduction's outer size) fits too, even when another dim makes the total 0.
+pub(crate) fn checked_elements(shape: &[usize]) -> Result<usize> {
+    let bound = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)));
+    match bound {
+        Some(b) if b <= MAX_ELEMENTS => Ok(shape.iter().product()),
+        _ => Err(EngineError::invalid(format!(
+            "shape {shape:?} holds more than {MAX_ELEMENTS} elements, the most one value may hold; \
+             check the model's shapes (a Reshape target, an Expand shape, Tile repeats)"
+        ))),
+    }
+}
+
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -253,7 +271,7 @@ impl Tensor {
 
     /// Check that the byte length matches dtype and shape (and that strings are well formed).
     pub fn validate(&self) -> Result<()> {
-        let n = self.len();
+        let n = checked_elements(&self.shape)?;
         match self.dtype.size() {
             Some(sz) => {
                 let want = n.checked_mul(sz).ok_or_else(|| {

@@ -306,3 +306,58 @@ fn mutated_models_never_panic() {
     );
     let _ = DataType::F32;
 }
+
+fn tensor_i64(name: &str, data: &[i64]) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: vec![data.len() as i64],
+        data_type: 7,
+        raw_data: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Shapes written in the model (a Reshape target, Tile repeats, an Expand shape, a ConstantOfShape
+/// size) are numbers an attacker picks: ones whose product overflows or asks for all of memory are
+/// refused with the node named, at load or when planning, never a panic or an allocation.
+#[test]
+fn shapes_too_large_to_hold_are_refused() {
+    let huge = 1i64 << 40;
+    let cases = [
+        ("Reshape", vec![-1, huge, huge], vec![]),
+        ("Reshape", vec![0, huge, huge], vec![]),
+        ("Tile", vec![huge, huge], vec![]),
+        ("Expand", vec![huge, huge, 2, 3], vec![]),
+        ("ConstantOfShape", vec![1 << 20, 1 << 20], vec![]),
+    ];
+    for (op, shape, attrs) in cases {
+        let (ins, x): (Vec<&str>, Vec<_>) = if op == "ConstantOfShape" {
+            (vec!["s"], vec![vi("x", 1, &[2, 3])])
+        } else {
+            (vec!["x", "s"], vec![vi("x", 1, &[2, 3])])
+        };
+        let m = model(
+            vec![node(op, &ins, &["y"], attrs)],
+            x,
+            vec![vi("y", 1, &[])],
+            vec![tensor_i64("s", &shape)],
+            13,
+        );
+        let outcome = std::panic::catch_unwind(|| match Model::from_bytes(&bytes(&m), None) {
+            Err(e) => e,
+            Ok(m) => m
+                .specialise(&[infergate_engine::PlanInput {
+                    shape: vec![2, 3],
+                    value: None,
+                }])
+                .expect_err("a shape this large must not plan"),
+        });
+        let e = outcome.unwrap_or_else(|_| panic!("{op} {shape:?} panicked"));
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{op} {shape:?}: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("more than") && (msg.contains("elements") || msg.contains("element")),
+            "{op} {shape:?}: {msg}"
+        );
+    }
+}

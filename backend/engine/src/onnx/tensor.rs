@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use crate::error::{EngineError, Result};
 use crate::onnx::proto::TensorProto;
-use crate::tensor::{DataType, Tensor};
+use crate::tensor::{DataType, Tensor, checked_elements};
 
 /// Decode a tensor. `what` names it in errors (e.g. `initializer 'w'`).
 pub fn decode_tensor(t: &TensorProto, external_dir: Option<&Path>, what: &str) -> Result<Tensor> {
@@ -25,10 +25,7 @@ pub fn decode_tensor(t: &TensorProto, external_dir: Option<&Path>, what: &str) -
             })?,
         );
     }
-    let n = shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| EngineError::invalid(format!("{what}: shape {:?} overflows", t.dims)))?;
+    let n = checked_elements(&shape).map_err(|e| e.context(what))?;
     if t.data_location == 1 {
         let bytes = read_external(t, external_dir, what)?;
         return Tensor::new(dtype, shape, bytes).map_err(|e| e.context(what));

@@ -15,6 +15,10 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::new("Range", 11, convert, &FAMILY),
 ];
 
+/// The most elements a ConstantOfShape or Range makes: they are built on the host while a plan is
+/// made, so a hostile shape must not be able to ask for all of memory (2^27: 1 GiB of i64).
+const MAX_HOST_ELEMENTS: usize = 1 << 27;
+
 /// The IR ops of this module: Shape, Size, ConstantOfShape, Range.
 pub(super) static FAMILY: Family = Family {
     name: "constant",
@@ -121,7 +125,13 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                 )));
             }
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
-            let n: usize = shape.iter().product();
+            let n = checked_elements(&shape)?;
+            if n > MAX_HOST_ELEMENTS {
+                return Err(EngineError::invalid(format!(
+                    "ConstantOfShape {shape:?} makes {n} elements, more than the {MAX_HOST_ELEMENTS} the engine \
+                     builds while planning; check the shape it is given"
+                )));
+            }
             let mut data = Vec::with_capacity(n * value.data.len());
             for _ in 0..n {
                 data.extend_from_slice(&value.data);
@@ -146,8 +156,10 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                 return Err(EngineError::invalid("Range delta is 0"));
             }
             let n = ((lv - sv) / dv).ceil().max(0.0) as usize;
-            if n > 1 << 28 {
-                return Err(EngineError::invalid("Range produces too many elements"));
+            if n > MAX_HOST_ELEMENTS {
+                return Err(EngineError::invalid(format!(
+                    "Range produces {n} elements, more than {MAX_HOST_ELEMENTS}"
+                )));
             }
             let t = match s.dtype {
                 DataType::F32 => {

@@ -368,7 +368,13 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], n_out: usize) -> Result<Resolved>
                 )));
             }
             let repeats: Vec<usize> = r.iter().map(|&v| v as usize).collect();
-            let out = x.shape.iter().zip(&repeats).map(|(a, b)| a * b).collect();
+            let out: Vec<usize> = x
+                .shape
+                .iter()
+                .zip(&repeats)
+                .map(|(a, b)| a.saturating_mul(*b))
+                .collect();
+            checked_elements(&out)?;
             Ok(Resolved::Op {
                 op: Op::Tile { repeats },
                 inputs: vec![Some(0)],

@@ -14,5 +14,5 @@ pub(super) use crate::error::{EngineError, Result};
 pub(super) use crate::ir::{Node, Op, ValueId};
 pub(super) use crate::onnx::attrs::Attrs;
 pub(super) use crate::onnx::proto::NodeProto;
-pub(super) use crate::tensor::{DataType, Tensor};
+pub(super) use crate::tensor::{DataType, Tensor, checked_elements};
 pub(super) use crate::wgpu::{Compiler, DTensor, GpuError, GpuResult, gpu_wrong_family};

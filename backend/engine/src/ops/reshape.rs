@@ -96,7 +96,7 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
         Op::Reshape { allowzero } => {
             let x = req(ins, 0, "data")?;
             let spec = host_ints(req(ins, 1, "shape")?, "Reshape's target shape")?;
-            let total: usize = x.shape.iter().product();
+            let total = checked_elements(x.shape)?;
             let mut out = Vec::with_capacity(spec.len());
             let mut infer = None;
             for (i, &d) in spec.iter().enumerate() {
@@ -123,12 +123,8 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                 }
             }
             if let Some(i) = infer {
-                let rest: usize = out
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .map(|(_, d)| d)
-                    .product();
+                // The inferred dim holds 1 so far: the product is that of the others.
+                let rest = checked_elements(&out)?;
                 if rest == 0 || !total.is_multiple_of(rest) {
                     return Err(EngineError::invalid(format!(
                         "cannot reshape {:?} ({total} elements) to {spec:?}",
@@ -247,7 +243,7 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
 }
 
 fn reshape_to(x: InVal<'_>, out: Vec<usize>) -> Result<Resolved> {
-    if out.iter().product::<usize>() != x.shape.iter().product::<usize>() {
+    if checked_elements(&out)? != checked_elements(x.shape)? {
         return Err(EngineError::invalid(format!(
             "cannot reshape {:?} to {out:?}",
             x.shape
