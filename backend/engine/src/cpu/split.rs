@@ -116,91 +116,91 @@ pub(crate) fn batch_axis(g: &ConcreteGraph) -> Option<usize> {
     batched_values(g).map(|(n, _)| n)
 }
 
-/// The sample axis of each value: `None` for a value shared by all samples.
-type SampleAxes = Vec<Option<usize>>;
+/// Where a value carries the samples: along `axis`, whose size is `outer × n × inner`, sample `s`
+/// holding the indices `o·n·inner + s·inner + j` of it. Inputs and outputs carry them plainly on
+/// axis 0 (`n` long, `inner` 1); a Reshape may merge the sample axis with its neighbours (a
+/// torchvision attention block's `[L, B, E] → [L, B·H, D]` and `[L, B, H, D] → [L·B, E]`), which
+/// keeps every sample's values apart as long as the ops reading the merged axis treat its indices
+/// independently (a batched product over `B·H`, a Gemm over the rows `L·B`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sample {
+    axis: usize,
+    inner: usize,
+}
 
-/// The batch size and, per value, which axis carries the samples. Inputs and outputs carry them on
-/// axis 0; inside the plan, Transpose, Slice and Reshape may move them (an attention block's
-/// `[B, L, 3, H, D] → [3, B, H, L, D]` before taking Q, K and V apart), every other op needs them on
-/// axis 0.
-fn batched_values(g: &ConcreteGraph) -> Option<(usize, SampleAxes)> {
+impl Sample {
+    /// The samples plainly on axis 0.
+    const FRONT: Sample = Sample { axis: 0, inner: 1 };
+
+    /// The same inner layout on another axis.
+    fn on(self, axis: usize) -> Sample {
+        Sample { axis, ..self }
+    }
+}
+
+/// The sample layout of each value: `None` for a value shared by all samples.
+type Samples = Vec<Option<Sample>>;
+
+/// The batch size and, per value, where it carries the samples (see [`Sample`]): inputs and
+/// outputs on axis 0; inside the plan, Transpose, Slice and Reshape may move them, and the per-op
+/// rule of [`output_sample`] says where each other node's outputs carry them.
+fn batched_values(g: &ConcreteGraph) -> Option<(usize, Samples)> {
     let first = g.inputs.first()?;
     let n = *g.values[first.0].shape.first()?;
     if n < 2 {
         return None;
     }
     let fixed_width = |dt: DataType| dt != DataType::String;
-    let mut axes: SampleAxes = vec![None; g.values.len()];
+    let mut samples: Samples = vec![None; g.values.len()];
     for id in &g.inputs {
         let v = &g.values[id.0];
         if v.shape.first() != Some(&n) || !fixed_width(v.dtype) || g.constants.contains_key(id) {
             return None;
         }
-        axes[id.0] = Some(0);
+        samples[id.0] = Some(Sample::FRONT);
     }
     for node in &g.nodes {
-        let in_axes: Vec<usize> = node.inputs.iter().flatten().filter_map(|v| axes[v.0]).collect();
-        if in_axes.is_empty() {
+        if node.inputs.iter().flatten().all(|v| samples[v.0].is_none()) {
             // computed from constants only: the same for every sample
             continue;
         }
-        let out_axis = match moved_axis(g, node, n, &axes) {
-            Some(a) => Some(a),
-            None if in_axes.iter().all(|&a| a == 0) && node_keeps_samples_apart(g, node, n, &axes) => Some(0),
-            None => None,
-        };
-        let Some(out_axis) = out_axis else {
+        // A constant made of one slice repeated n times along axis 0 (a ViT's class token expanded
+        // to the batch, BERT's token types expanded to it, folded at specialisation) is the same for
+        // every sample: sample i takes slice i, and the one-sample plan holds the slice.
+        let out_rank = node.output(0).map_or(0, |o| g.values[o.0].shape.len());
+        for v in node.inputs.iter().flatten() {
+            if samples[v.0].is_none()
+                && g.constants.get(v).is_some_and(|t| {
+                    t.shape.first() == Some(&n)
+                        && t.shape.len() == out_rank
+                        && t.dtype != DataType::String
+                        && repeated_along_axis0(t)
+                })
+            {
+                samples[v.0] = Some(Sample::FRONT);
+            }
+        }
+        let Some(out) = output_sample(g, node, n, &samples) else {
             tracing::debug!(node = %node.name, op = node.op.name(), "cpu plan: the node may mix samples; no split");
             return None;
         };
-        if matches!(node.op, Op::Concat { .. }) {
-            // the repeated constants it takes (see its rule) are per-sample from here on
-            for v in node.inputs.iter().flatten() {
-                axes[v.0] = Some(0);
-            }
-        }
         for o in node.outputs.iter().flatten() {
             let v = &g.values[o.0];
-            if v.shape.get(out_axis) != Some(&n) || !fixed_width(v.dtype) {
+            let holds = v
+                .shape
+                .get(out.axis)
+                .is_some_and(|&d| d.is_multiple_of(n * out.inner));
+            if !holds || !fixed_width(v.dtype) {
                 tracing::debug!(node = %node.name, shape = ?v.shape, "cpu plan: an output loses the sample axis; no split");
                 return None;
             }
-            axes[o.0] = Some(out_axis);
+            samples[o.0] = Some(out);
         }
     }
     g.outputs
         .iter()
-        .all(|o| axes[o.0] == Some(0))
-        .then_some((n, axes))
-}
-
-/// Where a data-movement node puts the sample axis of its input (any axis), when it keeps every
-/// sample's values together: a Transpose moves it, a Slice that takes all of it keeps it, a Reshape
-/// that keeps the same number of values before it (row-major, so sample i's values keep their
-/// offsets) moves it to the output dim of size `n` there. `None` for other nodes.
-fn moved_axis(g: &ConcreteGraph, node: &crate::ir::Node, n: usize, axes: &[Option<usize>]) -> Option<usize> {
-    let a = axes[node.input(0)?.0]?;
-    let in_shape = &g.values[node.input(0)?.0].shape;
-    let out_shape = &g.values[node.output(0)?.0].shape;
-    match &node.op {
-        Op::Transpose { perm } => perm.iter().position(|&p| p == a),
-        Op::Slice { starts, steps } => {
-            (starts.get(a) == Some(&0) && steps.get(a) == Some(&1) && out_shape.get(a) == Some(&n))
-                .then_some(a)
-        }
-        Op::Reshape { .. } => {
-            let before: usize = in_shape[..a].iter().product();
-            let mut prefix = 1usize;
-            for (j, &d) in out_shape.iter().enumerate() {
-                if prefix == before && d == n {
-                    return Some(j);
-                }
-                prefix *= d;
-            }
-            None
-        }
-        _ => None,
-    }
+        .all(|o| samples[o.0] == Some(Sample::FRONT) && g.values[o.0].shape.first() == Some(&n))
+        .then_some((n, samples))
 }
 
 /// True when `t` (at least one slice along axis 0) is one slice repeated along axis 0.
@@ -219,120 +219,166 @@ fn norm(axis: i64, rank: usize) -> Option<usize> {
     usize::try_from(a).ok().filter(|&a| a < rank)
 }
 
-/// The per-op rule: true when every sample of the node's outputs depends only on the same sample
-/// of its batched inputs (and on values shared by all samples).
-fn node_keeps_samples_apart(
+/// Where a Reshape puts samples laid out as `s` in `from`: row-major, the sample is one digit
+/// (radix `n`) of the flat index, with the place value `s.inner × from[s.axis + 1..]`, which a
+/// Reshape keeps. It lands in the output axis whose index range holds that whole digit.
+fn reshaped(s: Sample, n: usize, from: &[usize], to: &[usize]) -> Option<Sample> {
+    if from.contains(&0) || to.contains(&0) {
+        return None;
+    }
+    let place = s.inner * from.get(s.axis + 1..)?.iter().product::<usize>();
+    let mut after = 1usize;
+    for (j, &d) in to.iter().enumerate().rev() {
+        if place.is_multiple_of(after) {
+            let inner = place / after;
+            if d.is_multiple_of(inner * n) {
+                return Some(Sample { axis: j, inner });
+            }
+        }
+        after *= d;
+        if after > place {
+            return None;
+        }
+    }
+    None
+}
+
+/// The per-op rule: where the node's outputs carry the samples, when every sample of them depends
+/// only on the same sample of its batched inputs (and on values shared by all samples); `None`
+/// when the node may mix samples or has no rule.
+fn output_sample(
     g: &ConcreteGraph,
     node: &crate::ir::Node,
     n: usize,
-    axes: &[Option<usize>],
-) -> bool {
-    let batched = |v: ValueId| axes[v.0] == Some(0);
+    samples: &[Option<Sample>],
+) -> Option<Sample> {
+    let sample = |i: usize| node.input(i).and_then(|v| samples[v.0]);
     let shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
-    let is_b = |i: usize| node.input(i).is_some_and(batched);
-    let out_rank = node.output(0).map_or(0, |o| g.values[o.0].shape.len());
-    let x_rank = shape(0).map_or(0, <[usize]>::len);
-    // input i broadcast against the output: carries the sample axis at the output's axis 0, or is
-    // shared by all samples (size 1 at the output's axis 0, or a smaller rank)
-    let broadcasts = |i: usize| match node.input(i) {
+    let rank = |i: usize| shape(i).map_or(0, <[usize]>::len);
+    let shared = |i: usize| sample(i).is_none();
+    let out_shape = node.output(0).map_or(&[][..], |o| g.values[o.0].shape.as_slice());
+    let out_rank = out_shape.len();
+    // input i, broadcast against the output, is consistent with samples laid out as `s` there:
+    // it carries them the same way at the same rank, or it is shared and does not vary along the
+    // sample axis (size 1 there, or a rank too small to reach it)
+    let broadcasts = |i: usize, s: Sample| match node.input(i) {
         None => true,
         Some(v) => {
-            let s = &g.values[v.0].shape;
-            if batched(v) {
-                s.len() == out_rank && s.first() == Some(&n)
-            } else {
-                s.len() < out_rank || s.first() == Some(&1)
+            let vs = &g.values[v.0].shape;
+            match samples[v.0] {
+                Some(t) => t == s && vs.len() == out_rank,
+                None => {
+                    let reach = out_rank.saturating_sub(vs.len());
+                    s.axis < reach || vs.get(s.axis - reach) == Some(&1)
+                }
             }
         }
     };
-    let shared = |i: usize| !is_b(i);
-    let x_batched = is_b(0) && x_rank >= 1;
-    // inputs from `from` on (fused epilogue operands) broadcast against the output
-    let rest_broadcast = |from: usize| (from..node.inputs.len()).all(broadcasts);
+    // every input from `from` on (fused epilogue operands) broadcasts against samples at `s`
+    let rest = |from: usize, s: Sample| (from..node.inputs.len()).all(|i| broadcasts(i, s));
+    let x = sample(0);
+    // image ops treat the rows of axis 0 apart, however they are laid out
+    let front = x.filter(|s| s.axis == 0);
     match &node.op {
-        Op::Unary(_) | Op::Cast { .. } | Op::Identity | Op::DepthToSpace { .. } | Op::SpaceToDepth { .. } => {
-            x_batched
+        Op::Unary(_) | Op::Cast { .. } | Op::Identity => x,
+        Op::DepthToSpace { .. } | Op::SpaceToDepth { .. } => front,
+        Op::Binary(_) | Op::Where => {
+            let s = (0..node.inputs.len()).find_map(sample)?;
+            rest(0, s).then_some(s)
         }
-        Op::Binary(_) | Op::Where => rest_broadcast(0),
-        Op::Conv { .. } => x_batched && shared(1) && shared(2) && rest_broadcast(3),
-        Op::ConvTranspose { .. } => x_batched && shared(1) && shared(2) && node.inputs.len() <= 3,
+        Op::Conv { .. } => front.filter(|&s| shared(1) && shared(2) && rest(3, s)),
+        Op::ConvTranspose { .. } => front.filter(|_| shared(1) && shared(2) && node.inputs.len() <= 3),
         Op::Gemm { trans_a, .. } => {
             let c_ok = match shape(2) {
                 None => true,
                 Some(c) => shared(2) && (c.len() < 2 || c.first() == Some(&1)),
             };
-            x_batched && !trans_a && shared(1) && c_ok && rest_broadcast(3)
+            front.filter(|&s| !trans_a && shared(1) && c_ok && rest(3, s))
         }
         Op::MatMul { trans_a, .. } => {
-            let (ra, rb) = (x_rank, shape(1).map_or(0, <[usize]>::len));
-            let operands = if out_rank == 2 {
-                // rows of a are samples; b is shared
-                ra == 2 && is_b(0) && !trans_a && shared(1)
+            let (ra, rb) = (rank(0), rank(1));
+            let s = if rb == 2 && shared(1) {
+                // b is shared: samples on a batch axis of a or on its rows, never on the contracted axis
+                let row = if *trans_a {
+                    ra.checked_sub(1)?
+                } else {
+                    ra.checked_sub(2)?
+                };
+                x.filter(|s| out_rank == ra && (s.axis + 2 < ra || (s.axis == row && !trans_a)))?
             } else {
-                out_rank >= 3 && ra >= 2 && rb >= 2 && broadcasts(0) && broadcasts(1)
+                // a batched product: samples on a batch axis, of both operands or of one with the
+                // other shared
+                let s = sample(0).or(sample(1))?;
+                (ra >= 2 && rb >= 2 && s.axis + 2 < out_rank && broadcasts(0, s) && broadcasts(1, s))
+                    .then_some(s)?
             };
-            operands && rest_broadcast(2)
+            rest(2, s).then_some(s)
         }
         Op::BatchNormalization { .. } | Op::InstanceNormalization { .. } => {
-            x_batched && (1..node.inputs.len()).all(shared)
+            front.filter(|_| (1..node.inputs.len()).all(shared))
         }
         Op::LayerNormalization { axis, .. } => {
-            x_batched && norm(*axis, x_rank).is_some_and(|a| a >= 1) && shared(1) && shared(2)
+            x.filter(|s| norm(*axis, rank(0)).is_some_and(|a| a > s.axis) && shared(1) && shared(2))
         }
         // MaxPool's optional indices are offsets into the whole batch
-        Op::MaxPool { .. } => x_batched && node.output(1).is_none(),
-        Op::AveragePool { .. } | Op::GlobalAveragePool | Op::GlobalMaxPool => x_batched,
-        Op::Reduce { axes, .. } => {
-            x_batched && !axes.is_empty() && axes.iter().all(|&a| norm(a, x_rank).is_some_and(|a| a >= 1))
-        }
+        Op::MaxPool { .. } => front.filter(|_| node.output(1).is_none()),
+        Op::AveragePool { .. } | Op::GlobalAveragePool | Op::GlobalMaxPool => front,
+        // reduced axes after the sample axis leave it where it is, kept or not
+        Op::Reduce { axes, .. } => x.filter(|s| {
+            !axes.is_empty() && axes.iter().all(|&a| norm(a, rank(0)).is_some_and(|a| a > s.axis))
+        }),
         Op::ArgReduce { axis, .. }
         | Op::Softmax { axis, .. }
         | Op::TopK { axis, .. }
-        | Op::Split { axis, .. } => x_batched && norm(*axis, x_rank).is_some_and(|a| a >= 1),
-        // data movement: `moved_axis` follows the sample axis through it
-        Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } => false,
-        // a constant made of one slice repeated n times along axis 0 (a ViT's class token expanded
-        // to the batch, folded at specialisation) is the same for every sample: sample i takes slice i
+        | Op::Split { axis, .. } => x.filter(|s| norm(*axis, rank(0)).is_some_and(|a| a > s.axis)),
+        Op::Transpose { perm } => x.and_then(|s| perm.iter().position(|&p| p == s.axis).map(|a| s.on(a))),
+        // every index of the sample axis, in order: the same layout
+        Op::Slice { starts, steps } => x.filter(|s| {
+            starts.get(s.axis) == Some(&0)
+                && steps.get(s.axis) == Some(&1)
+                && out_shape.get(s.axis) == shape(0).and_then(|i| i.get(s.axis))
+        }),
+        Op::Reshape { .. } => x.and_then(|s| reshaped(s, n, shape(0)?, out_shape)),
         Op::Concat { axis } => {
-            norm(*axis, out_rank).is_some_and(|a| a >= 1)
-                && node.inputs.iter().flatten().all(|&v| {
-                    batched(v)
-                        || g.constants.get(&v).is_some_and(|t| {
-                            t.shape.first() == Some(&n)
-                                && t.dtype != DataType::String
-                                && repeated_along_axis0(t)
-                        })
-                })
+            let s = x?;
+            (norm(*axis, out_rank).is_some_and(|a| a != s.axis)
+                && (0..node.inputs.len()).all(|i| sample(i) == Some(s)))
+            .then_some(s)
         }
         Op::Gather { axis } => {
-            let a = norm(*axis, x_rank);
-            let idx_rank = shape(1).map_or(0, <[usize]>::len);
-            // take along a later axis of batched data, or an embedding lookup of batched indices
-            (x_batched && shared(1) && a.is_some_and(|a| a >= 1))
-                || (shared(0) && is_b(1) && idx_rank >= 1 && a == Some(0))
+            let a = norm(*axis, rank(0))?;
+            let idx_rank = rank(1);
+            match (sample(0), sample(1)) {
+                // take along another axis of batched data: the index dims replace axis a
+                (Some(s), None) if a < s.axis => Some(s.on(s.axis + idx_rank - 1)),
+                (Some(s), None) if a > s.axis => Some(s),
+                // an embedding lookup of batched indices: their dims come first
+                (None, Some(s)) if a == 0 && idx_rank >= 1 => Some(s),
+                _ => None,
+            }
         }
-        Op::GatherElements { axis } => {
-            x_batched
-                && is_b(1)
-                && shape(1).map(<[usize]>::len) == Some(x_rank)
-                && norm(*axis, x_rank).is_some_and(|a| a >= 1)
+        Op::GatherElements { axis } => x.filter(|s| {
+            sample(1) == Some(*s) && rank(1) == rank(0) && norm(*axis, rank(0)).is_some_and(|a| a != s.axis)
+        }),
+        Op::Expand => {
+            x.filter(|s| rank(0) == out_rank && shape(0).and_then(|i| i.get(s.axis)) == out_shape.get(s.axis))
         }
-        Op::Expand => x_batched && x_rank == out_rank,
-        Op::Tile { repeats } => x_batched && repeats.first() == Some(&1),
-        Op::Pad { pads, .. } => x_batched && pads.first() == Some(&0) && pads.get(x_rank) == Some(&0),
+        Op::Tile { repeats } => x.filter(|s| repeats.get(s.axis) == Some(&1)),
+        Op::Pad { pads, .. } => {
+            x.filter(|s| pads.get(s.axis) == Some(&0) && pads.get(rank(0) + s.axis) == Some(&0))
+        }
         // scale 1 on axis 0 reads exactly the same sample with nearest or linear weights (cubic
         // weights of the neighbours are only zero up to rounding)
         Op::Resize {
             scales, coord, mode, ..
-        } => {
-            x_batched
-                && scales.first() == Some(&1.0)
+        } => front.filter(|_| {
+            scales.first() == Some(&1.0)
                 && matches!(mode, ResizeMode::Nearest | ResizeMode::Linear)
                 && !matches!(
                     coord,
                     CoordTransform::TfCropAndResize | CoordTransform::AlignCorners
                 )
-        }
+        }),
         // recurrent ops keep the batch on axis 1; the rest never reach an executor
         // indexed ops address whole tensors (scatter and gather offsets, triangles over the last
         // dims); kept whole for simplicity
@@ -353,14 +399,14 @@ fn node_keeps_samples_apart(
         | Op::Range
         | Op::CastLike
         | Op::Quant(_)
-        | Op::If { .. } => false,
+        | Op::If { .. } => None,
     }
 }
 
 /// True when `one` (specialised for one sample) is `full` (specialised for `n`) with the sample
 /// axis of every batched value set to 1: same nodes, wiring, dtypes, other dims and constants.
 pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool {
-    let Some((_, axes)) = batched_values(full) else {
+    let Some((n, samples)) = batched_values(full) else {
         return false;
     };
     if full.values.len() != one.values.len()
@@ -375,7 +421,7 @@ pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool 
     let constants_match = full.constants.iter().all(|(id, a)| {
         one.constants.get(id).is_some_and(|b| {
             a == b
-                || (axes[id.0] == Some(0)
+                || (samples[id.0] == Some(Sample::FRONT)
                     && a.dtype == b.dtype
                     && b.shape.first() == Some(&1)
                     && a.shape.get(1..) == b.shape.get(1..)
@@ -389,13 +435,13 @@ pub(crate) fn same_but_batch(full: &ConcreteGraph, one: &ConcreteGraph) -> bool 
         .values
         .iter()
         .zip(&one.values)
-        .zip(&axes)
-        .all(|((a, b), &axis)| {
+        .zip(&samples)
+        .all(|((a, b), &sample)| {
             a.dtype == b.dtype
                 && a.shape.len() == b.shape.len()
-                && match axis {
-                    Some(k) => {
-                        b.shape[k] == 1
+                && match sample {
+                    Some(Sample { axis: k, .. }) => {
+                        b.shape[k] * n == a.shape[k]
                             && a.shape
                                 .iter()
                                 .zip(&b.shape)

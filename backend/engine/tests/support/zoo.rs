@@ -61,11 +61,14 @@ pub fn load(name: &str) -> Arc<Model> {
     Arc::new(Model::load(&path).unwrap_or_else(|e| panic!("{name}: load {}: {e}", path.display())))
 }
 
-/// Runs `session` on the reference inputs of `name` at each batch and compares every output with
+/// Runs `session` on the reference inputs of `name` at each batch (twice from batch 2) and compares every output with
 /// onnxruntime's: |got - want| <= rtol * |want| + atol * max(1, max|want|) (the tolerance grows with the
 /// output's magnitude: random-weight networks reach large activations, where an absolute bound says nothing).
 pub fn check(session: &Session, model: &Model, name: &str, batches: &[usize], rtol: f64, atol: f64) {
-    for &b in batches {
+    // a batch the CPU executor can split runs whole first, then split (`cpu/split.rs`): running
+    // each batch twice checks both ways
+    let runs = batches.iter().flat_map(|&b| if b >= 2 { vec![b, b] } else { vec![b] });
+    for b in runs {
         let set = zoo_dir().join("ref").join(name).join(format!("b{b}"));
         let outputs = futures::executor::block_on(session.run(ref_inputs(model, name, b)))
             .unwrap_or_else(|e| panic!("{name} batch {b}: {e}"));

@@ -15,7 +15,10 @@ fn graph(op: Op, n: usize, consts: &[Vec<usize>], out: Vec<usize>) -> ConcreteGr
     for (i, s) in consts.iter().enumerate() {
         let id = ValueId(values.len());
         let len: usize = s.iter().product();
-        constants.insert(id, Tensor::from_vec(s.clone(), vec![0.5f32; len]).unwrap());
+        constants.insert(
+            id,
+            Tensor::from_vec(s.clone(), (0..len).map(|i| i as f32).collect()).unwrap(),
+        );
         values.push(val(&format!("c{i}"), s.clone()));
         inputs.push(Some(id));
     }
@@ -70,9 +73,16 @@ fn per_sample_ops_split_and_mixing_ops_do_not() {
     // an operand with one value per sample (a constant [n, …]): samples would get different
     // operands in a one-sample run
     assert_eq!(
-        batch_axis(&graph(add, 4, &[vec![4, 8, 1, 1]], vec![4, 8, 4, 4])),
+        batch_axis(&graph(add.clone(), 4, &[vec![4, 8, 1, 1]], vec![4, 8, 4, 4])),
         None
     );
+    // unless that constant is one slice repeated along axis 0 (token types expanded to the batch):
+    // every sample takes the same operand
+    let mut repeated = graph(add, 4, &[vec![4, 8, 1, 1]], vec![4, 8, 4, 4]);
+    let slice: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let c = repeated.constants.values_mut().next().unwrap();
+    *c = Tensor::from_vec(vec![4, 8, 1, 1], slice.repeat(4)).unwrap();
+    assert_eq!(batch_axis(&repeated), Some(4));
     // reducing the batch axis mixes samples, even when the result keeps a dim of size n
     let sum = |axes: Vec<i64>, out| {
         graph(
@@ -243,14 +253,14 @@ fn the_sample_axis_is_followed_through_transpose_slice_and_reshape() {
     );
     // an output whose samples are not on axis 0 cannot be stacked
     assert_eq!(batch_axis(&qkv(take_q(1, 0), vec![1, n, 4, 2], None)), None);
-    // an op other than data movement needs the samples on axis 0
+    // a softmax along the axis that now carries the samples mixes them
     let softmax_off_axis = chain(
         n,
         vec![
             (Op::Transpose { perm: vec![1, 0, 2] }, vec![4, n, 6]),
             (
                 Op::Softmax {
-                    axis: 2,
+                    axis: 1,
                     log: false,
                     coerce_2d: false,
                 },
@@ -260,4 +270,45 @@ fn the_sample_axis_is_followed_through_transpose_slice_and_reshape() {
         ],
     );
     assert_eq!(batch_axis(&softmax_off_axis), None);
+}
+
+#[test]
+fn samples_merged_with_heads_or_positions_stay_apart() {
+    let n = 3;
+    let reshape = || Op::Reshape { allowzero: false };
+    let swap01 = || Op::Transpose { perm: vec![1, 0, 2] };
+    let softmax = |axis| Op::Softmax {
+        axis,
+        log: false,
+        coerce_2d: false,
+    };
+    // torchvision's attention: [B, L, E] → [L, B, E] → [L, B·H, D] → [B·H, L, D] (per-head work)
+    // → [B, H, L, D] → [L, B, H, D] → [L·B, E] (per-row work) → [L, B, E] → [B, L, E]
+    let attention = |per_head: Op| {
+        chain(
+            n,
+            vec![
+                (swap01(), vec![4, n, 6]),
+                (reshape(), vec![4, n * 3, 2]),
+                (swap01(), vec![n * 3, 4, 2]),
+                (per_head, vec![n * 3, 4, 2]),
+                (reshape(), vec![n, 3, 4, 2]),
+                (
+                    Op::Transpose {
+                        perm: vec![2, 0, 1, 3],
+                    },
+                    vec![4, n, 3, 2],
+                ),
+                (reshape(), vec![4 * n, 6]),
+                (reshape(), vec![4, n, 6]),
+                (swap01(), vec![n, 4, 6]),
+            ],
+        )
+    };
+    assert_eq!(batch_axis(&attention(softmax(2))), Some(n));
+    // along the merged batch·heads axis, a softmax mixes samples
+    assert_eq!(batch_axis(&attention(softmax(0))), None);
+    // a Reshape that cuts across samples: [L, B, E] read as [B, L·E]
+    let across = chain(n, vec![(swap01(), vec![4, n, 6]), (reshape(), vec![n, 24])]);
+    assert_eq!(batch_axis(&across), None);
 }
