@@ -288,7 +288,7 @@ impl Spec<'_> {
                 outputs,
             } => {
                 for (_, shape) in &outputs {
-                    checked_elements(shape).map_err(|e| e.context(&format!("node '{}'", n.name)))?;
+                    checked_elements(shape).map_err(|e| e.context(format!("node '{}'", n.name)))?;
                 }
                 let all_host = keep
                     .iter()
