@@ -67,7 +67,9 @@ pub fn load(name: &str) -> Arc<Model> {
 pub fn check(session: &Session, model: &Model, name: &str, batches: &[usize], rtol: f64, atol: f64) {
     // a batch the CPU executor can split runs whole first, then split (`cpu/split.rs`): running
     // each batch twice checks both ways
-    let runs = batches.iter().flat_map(|&b| if b >= 2 { vec![b, b] } else { vec![b] });
+    let runs = batches
+        .iter()
+        .flat_map(|&b| if b >= 2 { vec![b, b] } else { vec![b] });
     for b in runs {
         let set = zoo_dir().join("ref").join(name).join(format!("b{b}"));
         let outputs = futures::executor::block_on(session.run(ref_inputs(model, name, b)))
