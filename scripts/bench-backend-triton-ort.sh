@@ -54,7 +54,7 @@ trap cleanup EXIT
 
 # Both repositories: the same ONNX file, the same I/O and batching; only the backend line differs.
 "$py" - "$zoo" "$work" "$(nproc)" $models <<'PYEOF'
-import os, sys, textwrap
+import os, shutil, sys, textwrap
 import onnx
 
 zoo, work, cores, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
@@ -110,7 +110,8 @@ for name in names:
         with open(os.path.join(d, "config.pbtxt"), "w") as f:
             f.write(f'name: "{name}"\n{backend}\nmax_batch_size: 8\n' + "\n".join(io) + "\n"
                     "instance_group [ { count: 1, kind: KIND_CPU } ]\ndynamic_batching { }\n")
-        os.symlink(os.path.abspath(path), os.path.join(d, "1", "model.onnx"))
+        # A copy, not a link: infergate refuses model files that resolve outside their model folder.
+        shutil.copyfile(path, os.path.join(d, "1", "model.onnx"))
         if side == "triton":
             with open(os.path.join(d, "1", "model.py"), "w") as f:
                 f.write(PY_MODEL.replace("CORES", str(cores)))
