@@ -138,6 +138,31 @@ wait_ready "http://127.0.0.1:$ig_http/v2/health/ready" infergate "$work/infergat
 wait_ready "http://127.0.0.1:$tr_http/v2/health/ready" triton "$work/triton.log"
 tr_version=$(curl -sf "http://127.0.0.1:$tr_http/v2" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["version"])')
 
+# The same answers first: one random batch of 3 through both servers (tritonclient, gRPC); the outputs must
+# agree to within what two float executors' orders of summation allow.
+"$py" - "127.0.0.1:$ig_grpc" "127.0.0.1:$tr_grpc" $models <<'PYEOF'
+import sys
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+ours, theirs = grpcclient.InferenceServerClient(sys.argv[1]), grpcclient.InferenceServerClient(sys.argv[2])
+for name in sys.argv[3:]:
+    meta = ours.get_model_metadata(name)
+    (inp,) = meta.inputs
+    x = np.random.default_rng(7).random([3] + list(inp.shape[1:]), dtype=np.float32)
+    answers = []
+    for client in (ours, theirs):
+        request = grpcclient.InferInput(inp.name, list(x.shape), inp.datatype)
+        request.set_data_from_numpy(x)
+        result = client.infer(name, [request])
+        answers.append([result.as_numpy(o.name) for o in meta.outputs])
+    for o, a, b in zip(meta.outputs, *answers):
+        worst = float(np.max(np.abs(a - b)))
+        if a.shape != b.shape or worst > 1e-3:
+            sys.exit(f"{name}: output {o.name} differs between the servers (shapes {a.shape} and {b.shape}, max |diff| {worst})")
+    print(f"{name}: both servers give the same outputs for a batch of 3", file=sys.stderr)
+PYEOF
+
 # run SERVER MODEL GRPC_ADDRESS ROUND -> "throughput p99_us rows_per_execution load_throughput load_p99_ms"
 run() {
   local base="$work/$1-$2-$4"
