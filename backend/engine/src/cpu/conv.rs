@@ -71,6 +71,12 @@ impl ConvGeom<'_> {
         self.group > 1 && self.group == self.c && self.group == self.m && self.in_sp.len() == 2
     }
 
+    /// True for a 1×1 convolution of 1×1 images without groups: the squeeze-and-excitation blocks of
+    /// MobileNetV3 and EfficientNet, run by [`conv_single_positions`].
+    fn of_single_positions(&self) -> bool {
+        self.group == 1 && self.pointwise() && self.in_sp.iter().all(|&d| d == 1)
+    }
+
     fn pointwise(&self) -> bool {
         let in_len: usize = self.in_sp.iter().product();
         let out_len: usize = self.out_sp.iter().product();
@@ -172,6 +178,68 @@ multiversion! {
     fn fill_planes(plane: &PadPlane, x: &[f32], in_len: usize, pad: &mut [f32]) = fill_planes_body;
 }
 
+/// Output channels of one task of [`conv_single_positions`].
+const SINGLE_POSITION_ROWS: usize = 32;
+
+/// A 1×1 convolution of 1×1 images: per image a matrix-vector product, each output channel one dot
+/// product of its row of the (row-major, as given) weights with the image's channels. The tiled
+/// product would pad the single output position to a whole column tile and do 16 times the work.
+fn conv_single_positions(
+    isa: Isa,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &ConvGeom<'_>,
+    epi: &Epi<'_>,
+    out: &mut [f32],
+) {
+    let (c, m) = (g.c, g.m);
+    let parallel = m * c >= 1 << 14 && rayon::current_num_threads() > 1;
+    for (ni, (dst, xi)) in out.chunks_exact_mut(m).zip(x.chunks_exact(c)).enumerate() {
+        let task = |(t, d): (usize, &mut [f32])| {
+            let m0 = t * SINGLE_POSITION_ROWS;
+            let rows = &w[m0 * c..(m0 + d.len()) * c];
+            dot_rows(isa, rows, xi, bias.map(|b| &b[m0..m0 + d.len()]), d);
+        };
+        if parallel {
+            dst.par_chunks_mut(SINGLE_POSITION_ROWS)
+                .enumerate()
+                .for_each(task);
+        } else {
+            dst.chunks_mut(SINGLE_POSITION_ROWS).enumerate().for_each(task);
+        }
+        // Each output channel is a row of one value for the tail.
+        let mut rows: Vec<&mut [f32]> = dst.chunks_mut(1).collect();
+        epi.apply_rows_at(ni * m, 0, &mut rows);
+    }
+}
+
+/// `dst[i] = bias[i] + w[i, :]·x` for the rows of `w` (each `x.len()` long).
+#[inline(always)]
+fn dot_rows_body<const FMA: bool>(w: &[f32], x: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+    const LANES: usize = 16;
+    for (i, (d, row)) in dst.iter_mut().zip(w.chunks_exact(x.len().max(1))).enumerate() {
+        let mut acc = [0f32; LANES];
+        let (rw, xw) = (row.chunks_exact(LANES), x.chunks_exact(LANES));
+        let (rt, xt) = (rw.remainder(), xw.remainder());
+        for (a, b) in rw.zip(xw) {
+            for j in 0..LANES {
+                acc[j] = if FMA {
+                    a[j].mul_add(b[j], acc[j])
+                } else {
+                    acc[j] + a[j] * b[j]
+                };
+            }
+        }
+        let tail: f32 = rt.iter().zip(xt).map(|(a, b)| a * b).sum();
+        *d = bias.map_or(0.0, |b| b[i]) + acc.iter().sum::<f32>() + tail;
+    }
+}
+
+multiversion! {
+    fn dot_rows(w: &[f32], x: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) = dot_rows_body;
+}
+
 /// Conv of f32 data, then `epi` (rows are output channel planes); `out` has N×M×out_len elements.
 /// `packed`: the weights as [`pack_weights`] made them (at plan time), if available.
 pub(crate) fn conv_f32(
@@ -205,6 +273,10 @@ fn conv_isa(
     }
     if g.is_depthwise() {
         depthwise2d(isa, x, w, bias, g, epi, &mut out);
+        return Ok(out);
+    }
+    if g.of_single_positions() {
+        conv_single_positions(isa, x, w, bias, g, epi, &mut out);
         return Ok(out);
     }
     let cg = g.c / g.group;

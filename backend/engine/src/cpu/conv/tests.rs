@@ -188,6 +188,11 @@ fn convolutions_match_a_direct_loop_on_every_instruction_set() {
         case(1, 2, 4, 50, 3, 3, 3, 1, 1, 1),
         case(1, 3, 9, 9, 5, 3, 1, 2, 2, 1),
         case(2, 40, 12, 12, 24, 3, 1, 1, 1, 1),
+        // 1×1 images (squeeze-and-excitation): one dot product per output channel, rows split in
+        // tasks, channel counts off the vector width; with groups, the general path
+        case(1, 960, 1, 1, 240, 1, 1, 0, 1, 1),
+        case(3, 37, 1, 1, 70, 1, 1, 0, 1, 1),
+        case(2, 8, 1, 1, 6, 1, 1, 0, 1, 2),
         Case {
             p: [0, 1, 2, 0],
             s: [1, 2],
