@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use dataplane_support::*;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use infergate_gateway::server::Gateway;
 
 /// The value of the series `name{labels}` in the exposition `text`, if it is there.
@@ -46,9 +46,14 @@ fn post(gw: &Gateway, path: &str, body: Bytes) -> Request<Full<Bytes>> {
 #[tokio::test]
 async fn request_and_response_body_bytes_are_counted_by_route_and_destination_from_zero() {
     let answer = Bytes::from(vec![b'r'; 700]);
-    let up = upstream(move |_req| {
+    // Like a real backend, the upstream reads the whole request before it answers: every body byte passes
+    // through the gateway, whichever side finishes first.
+    let up = upstream(move |req: Request<hyper::body::Incoming>| {
         let answer = answer.clone();
-        async move { Response::new(Full::new(answer)) }
+        async move {
+            let _ = req.into_body().collect().await;
+            Response::new(Full::new(answer))
+        }
     })
     .await;
     let yaml = format!(
@@ -93,6 +98,78 @@ routes:
 
     wait_for_value(&gw, request_bytes, 6.0 * 1234.0).await;
     wait_for_value(&gw, response_bytes, 7.0 * 700.0).await;
+}
+
+/// An h2c upstream that answers each request's head at once, reads the request body as it comes (giving
+/// the window back), and ends its answer with `done` when the request ends: a bidirectional stream.
+async fn streaming_upstream() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    tokio::spawn(async move {
+                        let mut send = respond.send_response(Response::new(()), false).unwrap();
+                        let mut body = req.into_body();
+                        while let Some(Ok(data)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(data.len());
+                        }
+                        let _ = send.send_data(Bytes::from_static(b"done"), true);
+                    });
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_streaming_request_counts_its_bytes_while_it_runs() {
+    let up = streaming_upstream().await;
+    let yaml = format!(
+        r#"
+upstreams:
+  - name: stream-up
+    endpoints: ["{up}"]
+    protocol: h2c
+routes:
+  - name: stream-route
+    destinations:
+      - upstream: stream-up
+"#
+    );
+    let gw = gateway(&yaml).await;
+    let series = r#"infergate_gateway_request_bytes_total{route="stream-route",destination="stream-up"}"#;
+
+    let tcp = tokio::net::TcpStream::connect(gw.data_addr()).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut client = client.ready().await.unwrap();
+    let req = Request::post("http://a/v2/models/m/infer").body(()).unwrap();
+    let (answer, mut sending) = client.send_request(req, false).unwrap();
+    sending.send_data(Bytes::from(vec![b'a'; 500]), false).unwrap();
+    let answer = answer.await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+
+    // The request is still open: its bytes so far are counted already, and more as they pass.
+    wait_for_value(&gw, series, 500.0).await;
+    sending.send_data(Bytes::from(vec![b'b'; 300]), false).unwrap();
+    wait_for_value(&gw, series, 800.0).await;
+
+    sending.send_data(Bytes::new(), true).unwrap();
+    let mut body = answer.into_body();
+    let mut answered = Vec::new();
+    while let Some(data) = body.data().await {
+        answered.extend_from_slice(&data.unwrap());
+    }
+    assert_eq!(answered, b"done");
+    wait_for_value(&gw, series, 800.0).await;
 }
 
 #[tokio::test]

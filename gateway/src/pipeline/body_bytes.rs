@@ -3,8 +3,9 @@
 //!
 //! A response's destination is known when its body starts, so its bytes go straight to the destination's
 //! counter. A request's destination is chosen after its first bytes are read (gRPC routing peeks into the
-//! body), so its bytes go to a [`RequestTally`] that adds them to the chosen counter when the last holder
-//! lets go of it: the request body or the request's labels, whichever ends later.
+//! body), so its bytes go to a [`RequestTally`]: it holds them until the destination is named, then passes
+//! them and every later byte straight on, so a long stream's bytes show while it runs. Whatever a race
+//! leaves pending is added when the tally is dropped.
 
 use std::pin::Pin;
 use std::sync::OnceLock;
@@ -26,31 +27,41 @@ impl ByteSink for Counter {
     }
 }
 
-/// The bytes of one request body, counted before its destination is known.
+/// The bytes of one request body, held until its destination's counter is named.
 #[derive(Debug, Default)]
 pub(crate) struct RequestTally {
-    bytes: AtomicU64,
+    pending: AtomicU64,
     counter: OnceLock<Counter>,
 }
 
 impl RequestTally {
-    /// Names the counter the tally is added to when it is dropped (the first call wins).
+    /// Names the counter the tally's bytes go to (the first call wins) and passes on what is pending.
     pub(crate) fn count_into(&self, counter: Counter) {
         let _ = self.counter.set(counter);
+        self.flush();
+    }
+
+    /// Moves the pending bytes to the counter, once it is named. The swap hands each byte to one caller.
+    fn flush(&self) {
+        if let Some(counter) = self.counter.get() {
+            let bytes = self.pending.swap(0, Ordering::AcqRel);
+            if bytes > 0 {
+                counter.increment(bytes);
+            }
+        }
     }
 }
 
 impl ByteSink for std::sync::Arc<RequestTally> {
     fn add(&self, bytes: u64) {
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.pending.fetch_add(bytes, Ordering::AcqRel);
+        self.flush();
     }
 }
 
 impl Drop for RequestTally {
     fn drop(&mut self) {
-        if let Some(counter) = self.counter.get() {
-            counter.increment(*self.bytes.get_mut());
-        }
+        self.flush();
     }
 }
 
