@@ -147,6 +147,18 @@ pub(crate) fn unary_f64(u: UnaryOp, x: f64) -> f64 {
     }
 }
 
+/// `f` of each value of `v`, into `res` (as long as `v`).
+fn map_into<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + Send, res: &mut [O]) {
+    if v.len() >= PAR_MIN {
+        res.par_iter_mut()
+            .zip(v.par_iter())
+            .with_min_len(PAR_MIN / 4)
+            .for_each(|(o, &x)| *o = f(x));
+    } else {
+        res.iter_mut().zip(v).for_each(|(o, &x)| *o = f(x));
+    }
+}
+
 fn map_vec<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + Send) -> Vec<O> {
     if v.len() >= PAR_MIN {
         v.par_iter().with_min_len(PAR_MIN / 4).map(|&x| f(x)).collect()
@@ -236,7 +248,7 @@ pub(crate) fn bstrides(shape: &[usize], out: &[usize]) -> Vec<usize> {
 }
 
 /// Generic broadcast binary map. Rows along the last output dim are processed in parallel.
-pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy + Send + Default>(
+pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy + Send + Sync + Default>(
     a: &[A],
     sa: &[usize],
     b: &[B],
@@ -244,29 +256,60 @@ pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy +
     out: &[usize],
     f: impl Fn(A, B) -> O + Sync + Send,
 ) -> Vec<O> {
-    let n: usize = out.iter().product();
+    let mut res = vec![O::default(); out.iter().product()];
+    broadcast2_into(a, sa, b, sb, out, f, &mut res);
+    res
+}
+
+/// [`broadcast2`] of an op whose result has its operands' type, into a buffer from
+/// [`Num::output_buffer`] (for f32, a freed activation of the run: no page faults on large outputs).
+fn broadcast_same<T: Num>(
+    a: &[T],
+    sa: &[usize],
+    b: &[T],
+    sb: &[usize],
+    out: &[usize],
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Vec<T> {
+    let mut res = T::output_buffer(out.iter().product());
+    broadcast2_into(a, sa, b, sb, out, f, &mut res);
+    res
+}
+
+/// [`broadcast2`] into `res` (`out`'s element count), writing every element.
+fn broadcast2_into<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy + Send + Sync>(
+    a: &[A],
+    sa: &[usize],
+    b: &[B],
+    sb: &[usize],
+    out: &[usize],
+    f: impl Fn(A, B) -> O + Sync + Send,
+    res: &mut [O],
+) {
+    let n = res.len();
+    if n == 0 {
+        return;
+    }
     if sa == out && sb == out {
         if n >= PAR_MIN {
-            return a
-                .par_iter()
-                .zip(b.par_iter())
+            res.par_iter_mut()
+                .zip(a.par_iter().zip(b.par_iter()))
                 .with_min_len(PAR_MIN / 4)
-                .map(|(&x, &y)| f(x, y))
-                .collect();
+                .for_each(|(o, (&x, &y))| *o = f(x, y));
+        } else {
+            res.iter_mut()
+                .zip(a.iter().zip(b))
+                .for_each(|(o, (&x, &y))| *o = f(x, y));
         }
-        return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
+        return;
     }
     if b.len() == 1 && sa == out {
         let y = b[0];
-        return map_vec(a, |x| f(x, y));
+        return map_into(a, |x| f(x, y), res);
     }
     if a.len() == 1 && sb == out {
         let x = a[0];
-        return map_vec(b, |y| f(x, y));
-    }
-    let mut res = vec![O::default(); n];
-    if n == 0 {
-        return res;
+        return map_into(b, |y| f(x, y), res);
     }
     let r = out.len();
     let inner = if r == 0 { 1 } else { out[r - 1] };
@@ -318,7 +361,7 @@ pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy +
         } else {
             res.chunks_mut(block).enumerate().for_each(|(bi, d)| run(bi, d));
         }
-        return res;
+        return;
     }
     let (ia, ib) = if r == 0 { (0, 0) } else { (ta[r - 1], tb[r - 1]) };
     let row = |row_idx: usize, dst: &mut [O]| {
@@ -335,15 +378,11 @@ pub(crate) fn broadcast2<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy +
             *o = f(a[oa + j * ia], b[ob + j * ib]);
         }
     };
-    if inner == 0 {
-        return res;
-    }
     if n >= PAR_MIN {
         res.par_chunks_mut(inner).enumerate().for_each(|(i, d)| row(i, d));
     } else {
         res.chunks_mut(inner).enumerate().for_each(|(i, d)| row(i, d));
     }
-    res
 }
 
 /// How an operand is read over a block of trailing output dims.
@@ -392,12 +431,12 @@ fn num_binary<T: Num>(
     out: &[usize],
 ) -> Result<NumOut<T>> {
     Ok(match op {
-        BinaryOp::Add => NumOut::Same(broadcast2(a, sa, b, sb, out, T::add)),
-        BinaryOp::Sub => NumOut::Same(broadcast2(a, sa, b, sb, out, T::sub)),
-        BinaryOp::Mul => NumOut::Same(broadcast2(a, sa, b, sb, out, T::mul)),
-        BinaryOp::Div => NumOut::Same(broadcast2(a, sa, b, sb, out, T::div)),
-        BinaryOp::Fmod => NumOut::Same(broadcast2(a, sa, b, sb, out, T::rem)),
-        BinaryOp::Mod => NumOut::Same(broadcast2(a, sa, b, sb, out, |x, y| {
+        BinaryOp::Add => NumOut::Same(broadcast_same(a, sa, b, sb, out, T::add)),
+        BinaryOp::Sub => NumOut::Same(broadcast_same(a, sa, b, sb, out, T::sub)),
+        BinaryOp::Mul => NumOut::Same(broadcast_same(a, sa, b, sb, out, T::mul)),
+        BinaryOp::Div => NumOut::Same(broadcast_same(a, sa, b, sb, out, T::div)),
+        BinaryOp::Fmod => NumOut::Same(broadcast_same(a, sa, b, sb, out, T::rem)),
+        BinaryOp::Mod => NumOut::Same(broadcast_same(a, sa, b, sb, out, |x, y| {
             // the truncated remainder moved to the divisor's side of zero
             let r = x.rem(y);
             let zero = T::default();
@@ -407,7 +446,7 @@ fn num_binary<T: Num>(
                 r
             }
         })),
-        BinaryOp::Min => NumOut::Same(broadcast2(a, sa, b, sb, out, |x, y| {
+        BinaryOp::Min => NumOut::Same(broadcast_same(a, sa, b, sb, out, |x, y| {
             if T::IS_FLOAT && (x.to_f64().is_nan() || y.to_f64().is_nan()) {
                 T::from_f64(f64::NAN)
             } else if y < x {
@@ -416,7 +455,7 @@ fn num_binary<T: Num>(
                 x
             }
         })),
-        BinaryOp::Max => NumOut::Same(broadcast2(a, sa, b, sb, out, |x, y| {
+        BinaryOp::Max => NumOut::Same(broadcast_same(a, sa, b, sb, out, |x, y| {
             if T::IS_FLOAT && (x.to_f64().is_nan() || y.to_f64().is_nan()) {
                 T::from_f64(f64::NAN)
             } else if y > x {
@@ -425,10 +464,10 @@ fn num_binary<T: Num>(
                 x
             }
         })),
-        BinaryOp::PRelu => NumOut::Same(broadcast2(a, sa, b, sb, out, |x, s| {
+        BinaryOp::PRelu => NumOut::Same(broadcast_same(a, sa, b, sb, out, |x, s| {
             if x < T::default() { x.mul(s) } else { x }
         })),
-        BinaryOp::Pow => NumOut::Same(broadcast2(a, sa, b, sb, out, |x, y| {
+        BinaryOp::Pow => NumOut::Same(broadcast_same(a, sa, b, sb, out, |x, y| {
             T::from_f64(x.to_f64().powf(y.to_f64()))
         })),
         BinaryOp::Equal => NumOut::Bool(broadcast2(a, sa, b, sb, out, |x, y| x == y)),
@@ -688,6 +727,39 @@ mod tests {
             let a: Vec<f32> = (0..sa.iter().product()).map(|i| i as f32).collect();
             let b: Vec<f32> = (0..sb.iter().product()).map(|i| (i as f32) * 0.5).collect();
             let got = broadcast2(&a, sa, &b, sb, out, |x, y| x * 10.0 - y);
+            assert_eq!(got, naive(&a, sa, &b, sb, out), "{sa:?} with {sb:?}");
+        }
+    }
+
+    /// f32 results land in buffers the run freed, stale values and all: every path must write every element.
+    #[test]
+    fn f32_results_in_reused_buffers_hold_no_stale_value() {
+        let shapes: [(&[usize], &[usize], &[usize]); 6] = [
+            (&[1, 144, 56, 56], &[1, 144, 1, 1], &[1, 144, 56, 56]),
+            (&[2, 3, 8, 9], &[2, 3, 8, 9], &[2, 3, 8, 9]),
+            (&[40_000], &[1], &[40_000]),
+            (&[1], &[3, 20], &[3, 20]),
+            (&[2, 3, 1, 40], &[2, 3, 5, 1], &[2, 3, 5, 40]),
+            (&[5, 1, 3], &[1, 7, 3], &[5, 7, 3]),
+        ];
+        for (sa, sb, out) in shapes {
+            let n: usize = out.iter().product();
+            for _ in 0..4 {
+                crate::cpu::arena::give(vec![f32::NAN; n.max(1024)]);
+            }
+            let a: Vec<f32> = (0..sa.iter().product()).map(|i| i as f32).collect();
+            let b: Vec<f32> = (0..sb.iter().product()).map(|i| (i as f32) * 0.5).collect();
+            let Buf::F32(got) = binary(
+                BinaryOp::Sub,
+                &Buf::F32(a.iter().map(|x| x * 10.0).collect()),
+                sa,
+                &Buf::F32(b.clone()),
+                sb,
+                out,
+            )
+            .unwrap() else {
+                panic!("Sub of f32 gave another type");
+            };
             assert_eq!(got, naive(&a, sa, &b, sb, out), "{sa:?} with {sb:?}");
         }
     }

@@ -17,6 +17,11 @@ pub(crate) trait Num: Copy + PartialOrd + Send + Sync + Default + 'static {
     fn abs(self) -> Self;
     fn max_value() -> Self;
     fn min_value() -> Self;
+    /// A buffer of `n` values for a kernel that writes every one of them: zeroes, or for f32 a buffer
+    /// the run freed ([`crate::cpu::arena`]), so that large outputs are not faulted in again.
+    fn output_buffer(n: usize) -> Vec<Self> {
+        vec![Self::default(); n]
+    }
 }
 
 macro_rules! int_num {
@@ -42,9 +47,10 @@ macro_rules! int_num {
 int_num!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 macro_rules! float_num {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $buffer:path),*) => {$(
         impl Num for $t {
             const IS_FLOAT: bool = true;
+            fn output_buffer(n: usize) -> Vec<Self> { $buffer(n) }
             fn add(self, o: Self) -> Self { self + o }
             fn sub(self, o: Self) -> Self { self - o }
             fn mul(self, o: Self) -> Self { self * o }
@@ -59,7 +65,11 @@ macro_rules! float_num {
         }
     )*};
 }
-float_num!(f32, f64);
+float_num!(f32 => crate::cpu::arena::take, f64 => zeroes);
+
+fn zeroes(n: usize) -> Vec<f64> {
+    vec![0.0; n]
+}
 
 macro_rules! half_num {
     ($($t:ty),*) => {$(
