@@ -51,14 +51,8 @@ if [ "$threads" != 0 ]; then
   echo "parameters { key: \"intra_op_thread_count\" value: { string_value: \"$threads\" } }" >>"$work/ours/add_sub/config.pbtxt"
 fi
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_ready() {  # url name log
-  for _ in $(seq 600); do
-    curl -sf "$1" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "$2 did not become ready; its log:" >&2; tail -30 "$3" >&2; exit 1
-}
+# shellcheck source=scripts/lib-peer-servers.sh
+. "$here/lib-peer-servers.sh"
 
 ig_http=$(free_port); ig_grpc=$(free_port); ig_metrics=$(free_port)
 "$bin_dir/infergate-backend" --model-repository "$work/ours" --http-port "$ig_http" --grpc-port "$ig_grpc" \
