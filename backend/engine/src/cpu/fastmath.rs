@@ -26,7 +26,12 @@ pub(crate) fn exp<const FMA: bool>(x: f32) -> f32 {
     p = fmadd::<FMA>(p, r, 1.666_666_5e-1);
     p = fmadd::<FMA>(p, r, 0.5);
     let e = fmadd::<FMA>(p, r * r, r) + 1.0;
-    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // 2^n from n's bits: n is a whole number in [−126, 128], so adding 1.5·2^23 leaves it, in two's
+    // complement, in the low bits of the sum. Integer ops that vectorise; `n as i32` saturates and
+    // checks for NaN, which LLVM does lane by lane.
+    const SHIFT: f32 = 12_582_912.0;
+    let n_bits = (n + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits());
+    e * f32::from_bits(n_bits.wrapping_add(127) << 23)
 }
 
 /// erf(x), a rational approximation; exactly ±1 for |x| ≥ 3.9 (as erf rounds to f32 there), so
