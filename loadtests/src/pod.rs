@@ -246,7 +246,7 @@ impl Pod {
             work: work.to_owned(),
             backend_args: spec.backend_args.clone(),
         };
-        let pod = Pod {
+        let mut pod = Pod {
             routes_file: work.join("routes.yaml"),
             ports,
             control,
@@ -268,12 +268,30 @@ impl Pod {
             if !exe.is_file() {
                 return Err(PodError::Missing(exe));
             }
-            pod.write_routes(routes)?;
-            let log = work.join("gateway.log");
+            pod.start_gateway(&exe, routes, spec.gateway_workers, work)
+                .await?;
+        }
+        Ok(pod)
+    }
+
+    /// Starts the gateway on the pod's ports. A port picked when the pod started may since have been taken
+    /// as the ephemeral port of some connection (the backends' readiness checks open many): the gateway
+    /// then exits with "Address already in use" and is started again on fresh ports, three times at most.
+    async fn start_gateway(
+        &mut self,
+        exe: &Path,
+        routes: &Path,
+        workers: Option<u16>,
+        work: &Path,
+    ) -> Result<(), PodError> {
+        let log = work.join("gateway.log");
+        let mut attempt = 1;
+        loop {
+            self.write_routes(routes)?;
             let (out, err) = log_files(&log)?;
-            let mut cmd = Command::new(&exe);
-            cmd.arg("--config").arg(&pod.routes_file);
-            if let Some(w) = spec.gateway_workers {
+            let mut cmd = Command::new(exe);
+            cmd.arg("--config").arg(&self.routes_file);
+            if let Some(w) = workers {
                 cmd.args(["--workers", &w.to_string()]);
             }
             let child = cmd
@@ -282,13 +300,24 @@ impl Pod {
                 .stderr(err)
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(io_error(&exe))?;
-            let url = format!("http://127.0.0.1:{}/ready", pod.ports.admin);
-            let mut procs = pod.control.inner.lock().await;
-            let child = procs.gateway.insert(child);
-            wait_ready(child, "the gateway", &url, &log, Duration::from_secs(60)).await?;
+                .map_err(io_error(exe))?;
+            let url = format!("http://127.0.0.1:{}/ready", self.ports.admin);
+            let ready = {
+                let mut procs = self.control.inner.lock().await;
+                let child = procs.gateway.insert(child);
+                wait_ready(child, "the gateway", &url, &log, Duration::from_secs(60)).await
+            };
+            match ready {
+                Err(PodError::NotReady { ref tail, .. })
+                    if attempt < 3 && tail.contains("Address already in use") =>
+                {
+                    attempt += 1;
+                    self.ports.gateway = free_port()?;
+                    self.ports.admin = free_port()?;
+                }
+                other => return other,
+            }
         }
-        Ok(pod)
     }
 
     /// The gateway's data address.
