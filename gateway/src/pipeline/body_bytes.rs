@@ -54,6 +54,11 @@ impl RequestTally {
 
 impl ByteSink for std::sync::Arc<RequestTally> {
     fn add(&self, bytes: u64) {
+        // Once the counter is named, bytes go straight to it: one atomic add per frame.
+        if let Some(counter) = self.counter.get() {
+            counter.increment(bytes);
+            return;
+        }
         self.pending.fetch_add(bytes, Ordering::AcqRel);
         self.flush();
     }

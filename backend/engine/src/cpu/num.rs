@@ -47,10 +47,10 @@ macro_rules! int_num {
 int_num!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 macro_rules! float_num {
-    ($($t:ty => $buffer:path),*) => {$(
+    ($($t:ty $(=> $buffer:path)?),*) => {$(
         impl Num for $t {
             const IS_FLOAT: bool = true;
-            fn output_buffer(n: usize) -> Vec<Self> { $buffer(n) }
+            $(fn output_buffer(n: usize) -> Vec<Self> { $buffer(n) })?
             fn add(self, o: Self) -> Self { self + o }
             fn sub(self, o: Self) -> Self { self - o }
             fn mul(self, o: Self) -> Self { self * o }
@@ -65,11 +65,7 @@ macro_rules! float_num {
         }
     )*};
 }
-float_num!(f32 => crate::cpu::arena::take, f64 => zeroes);
-
-fn zeroes(n: usize) -> Vec<f64> {
-    vec![0.0; n]
-}
+float_num!(f32 => crate::cpu::arena::take, f64);
 
 macro_rules! half_num {
     ($($t:ty),*) => {$(
