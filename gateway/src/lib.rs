@@ -33,6 +33,7 @@ pub mod split;
 pub mod stable_hash;
 pub mod timeout;
 pub mod tls;
+pub mod try_timeout;
 pub mod upstream;
 mod upstream_protocol;
 mod wake_gate;

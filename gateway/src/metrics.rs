@@ -277,6 +277,29 @@ pub struct DestinationMetrics {
 /// gRPC status codes 0 (OK) … 16 (UNAUTHENTICATED).
 const GRPC_CODES: usize = 17;
 
+/// The server-side failures each destination's `requests_total` holds from zero, as (outcome, HTTP status, gRPC
+/// status): what the gateway answers itself (overloaded, unavailable, bad gateway, timeout, internal), over
+/// HTTP and gRPC, and the upstream's commonest 5xx and gRPC failures. Rarer codes still appear at their first
+/// use; every series here would otherwise be missed by `rate()` at its first failure.
+pub const ERROR_SERIES: &[(&str, u16, Option<u32>)] = &[
+    ("overloaded", 503, None),
+    ("unavailable", 503, None),
+    ("bad_gateway", 502, None),
+    ("timeout", 504, None),
+    ("internal", 500, None),
+    ("upstream_error", 500, None),
+    ("upstream_error", 502, None),
+    ("upstream_error", 503, None),
+    ("upstream_error", 504, None),
+    ("overloaded", 200, Some(14)),
+    ("unavailable", 200, Some(14)),
+    ("bad_gateway", 200, Some(14)),
+    ("timeout", 200, Some(4)),
+    ("internal", 200, Some(13)),
+    ("upstream_error", 200, Some(13)),
+    ("upstream_error", 200, Some(14)),
+];
+
 /// How a request ended, for `requests_total`'s `outcome` label, when the upstream answered.
 fn upstream_outcome(status: u16, grpc_status: Option<u32>) -> &'static str {
     match grpc_status {
@@ -309,12 +332,16 @@ impl DestinationMetrics {
     }
 
     /// Registers the destination's served-request series (HTTP 200, the duration histogram, body bytes)
-    /// at zero.
+    /// at zero, and the error series the error-budget alerts count ([`ERROR_SERIES`]), so that the first
+    /// failure after a start or a reload is an increase `rate()` sees, not a new series.
     pub fn register(&self) {
         self.ok_counter();
         self.histogram();
         self.request_bytes();
         self.response_bytes();
+        for &(outcome, status, grpc_status) in ERROR_SERIES {
+            metrics::counter!(REQUESTS, self.labels(outcome, status, grpc_status)).increment(0);
+        }
     }
 
     /// `request_bytes_total{route, destination}`.

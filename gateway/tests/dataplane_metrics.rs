@@ -328,3 +328,53 @@ routes:
         "two tries for retry-down, one for retry-no-budget"
     );
 }
+
+/// The error series the error-budget alerts count exist at zero from start, so the first failure is an
+/// increase that `rate()` sees (a series born at 1 is missed); the first 503 then moves its series to 1.
+#[tokio::test]
+async fn server_error_series_exist_at_zero_before_the_first_failure() {
+    let failing = upstream(|_req: Request<hyper::body::Incoming>| async {
+        Response::builder()
+            .status(503)
+            .body(Full::new(Bytes::from_static(b"down")))
+            .unwrap()
+    })
+    .await;
+    let gw = gateway(&format!(
+        r#"
+upstreams:
+  - {{ name: flaky, endpoints: ["{}"] }}
+routes:
+  - name: errors-from-zero
+    match: {{ model: errors }}
+    destinations: [{{ name: only, upstream: flaky }}]
+"#,
+        failing.addr
+    ))
+    .await;
+    let series = |outcome: &str, class: &str, code: &str, grpc: Option<&str>| {
+        let grpc = grpc.map_or(String::new(), |g| format!(r#",grpc_status="{g}""#));
+        format!(
+            r#"infergate_gateway_requests_total{{route="errors-from-zero",destination="only",upstream="flaky",outcome="{outcome}",status_class="{class}",response_code="{code}"{grpc}}}"#
+        )
+    };
+    let fresh = admin_get(&gw, "/metrics").await.1;
+    for (outcome, class, code, grpc) in [
+        ("timeout", "5xx", "504", None),
+        ("overloaded", "5xx", "503", None),
+        ("bad_gateway", "5xx", "502", None),
+        ("upstream_error", "5xx", "503", None),
+        ("upstream_error", "5xx", "500", None),
+        ("unavailable", "2xx", "200", Some("14")),
+        ("timeout", "2xx", "200", Some("4")),
+        ("upstream_error", "2xx", "200", Some("13")),
+    ] {
+        let s = series(outcome, class, code, grpc);
+        assert_eq!(value(&fresh, &s), Some(0.0), "{s} at zero from start:\n{fresh}");
+    }
+
+    let client = http1_client();
+    let answer = send(&client, post(&gw, "/v2/models/errors/infer", Bytes::from("{}"))).await;
+    assert_eq!(answer.0.status, StatusCode::SERVICE_UNAVAILABLE);
+    wait_for_value(&gw, &series("upstream_error", "5xx", "503", None), 1.0).await;
+}

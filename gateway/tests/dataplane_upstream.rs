@@ -1,6 +1,6 @@
 //! Upstream behaviour seen from outside: concurrency and queue limits refuse at once with 503, power of two
-//! choices spreads load and favours the less busy endpoint, failing endpoints are ejected, a DNS name becomes
-//! the endpoints it resolves to.
+//! choices spreads load and favours the less busy endpoint, failing endpoints are ejected (those too slow for
+//! the per-try timeout too, but not for a caller hanging up), a DNS name becomes the endpoints it resolves to.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -197,6 +197,105 @@ routes:
         metrics.contains("infergate_gateway_upstream_ejections_total"),
         "{metrics}"
     );
+}
+
+/// An endpoint that answers too late for the per-try timeout is ejected like one that answers 5xx: each try
+/// abandoned at that timeout counts as a failure of its endpoint. (Before, the abandoned try counted as
+/// nothing, so a slow-but-alive endpoint kept costing a retry to every request that drew it.)
+#[tokio::test]
+async fn an_endpoint_too_slow_for_the_per_try_timeout_is_ejected() {
+    let slow = upstream(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Response::new(Full::new(Bytes::from_static(b"late")))
+    })
+    .await;
+    let good = named_upstream("good").await;
+    let gw = gateway(&format!(
+        r#"
+upstreams:
+  - name: up
+    endpoints: ["{}", "{}"]
+    outlier_detection:
+      consecutive_5xx: 3
+      base_ejection_time: 30s
+      max_ejected_percent: 50
+routes:
+  - name: all
+    destinations: [{{ upstream: up }}]
+    timeout: 10s
+    retries:
+      attempts: 3
+      per_try_timeout: 100ms
+      retry_on: [5xx]
+      budget: {{ ratio: 1.0, min_per_second: 100, window: 10s }}
+"#,
+        slow.addr, good.addr
+    ))
+    .await;
+    let client = http1_client();
+    for _ in 0..40 {
+        let answer = send(&client, get(&gw, "/")).await.0;
+        assert_eq!(
+            answer.status, 200,
+            "a timed-out try is retried on the other endpoint"
+        );
+    }
+    assert_eq!(
+        slow.hits(),
+        3,
+        "the slow endpoint is ejected after 3 tries abandoned at the per-try timeout"
+    );
+    let (_, body) = admin_get(&gw, "/upstreams").await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let eps = v["upstreams"][0]["endpoints"].as_array().unwrap();
+    let slow_ep = eps
+        .iter()
+        .find(|e| e["address"] == slow.addr.to_string())
+        .unwrap();
+    assert!(slow_ep["ejected_for_ms"].as_u64().unwrap() > 20_000, "{slow_ep}");
+}
+
+/// A caller that hangs up while its try waits on a slow endpoint costs that endpoint nothing: only the
+/// gateway's own per-try timeout counts against it, or any client could eject endpoints by hanging up.
+#[tokio::test]
+async fn a_caller_hanging_up_does_not_count_against_the_endpoint() {
+    let slow = upstream(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Response::new(Full::new(Bytes::from_static(b"late")))
+    })
+    .await;
+    let gw = gateway(&format!(
+        r#"
+upstreams:
+  - name: up
+    endpoints: ["{}"]
+    outlier_detection:
+      consecutive_5xx: 1
+      base_ejection_time: 30s
+      max_ejected_percent: 100
+routes:
+  - name: all
+    destinations: [{{ upstream: up }}]
+    timeout: 10s
+    retries:
+      attempts: 2
+      per_try_timeout: 2s
+      retry_on: [5xx]
+"#,
+        slow.addr
+    ))
+    .await;
+    let client = http1_client();
+    for _ in 0..3 {
+        let gave_up = tokio::time::timeout(Duration::from_millis(200), send(&client, get(&gw, "/"))).await;
+        assert!(gave_up.is_err(), "the slow endpoint cannot answer in 200 ms");
+    }
+    eventually("the three tries reached the endpoint", || slow.hits() == 3).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (_, body) = admin_get(&gw, "/upstreams").await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let ep = &v["upstreams"][0]["endpoints"][0];
+    assert_eq!(ep["ejected_for_ms"], serde_json::Value::Null, "{ep}");
 }
 
 /// An endpoint given as a DNS name (a Kubernetes headless Service) becomes one endpoint per address it resolves

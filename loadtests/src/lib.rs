@@ -14,6 +14,7 @@ pub mod proc_stats;
 pub mod prom;
 pub mod record;
 pub mod report;
+pub mod repository_edit;
 pub mod soak;
 pub mod target;
 pub mod tls;

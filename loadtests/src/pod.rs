@@ -20,6 +20,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::fault_proxy::{Fault, FaultProxy};
+use crate::repository_edit;
 use crate::target::Target;
 
 /// Why the pod could not start.
@@ -143,6 +144,8 @@ pub struct PodControl {
     bins: PathBuf,
     work: PathBuf,
     backend_args: Vec<String>,
+    /// The pod's own copy of `PodSpec::models`, which the backends start on and the repository drills edit.
+    repository: PathBuf,
 }
 
 struct Procs {
@@ -245,6 +248,7 @@ impl Pod {
             bins: bins.to_owned(),
             work: work.to_owned(),
             backend_args: spec.backend_args.clone(),
+            repository: work.join("repository"),
         };
         let mut pod = Pod {
             routes_file: work.join("routes.yaml"),
@@ -253,13 +257,15 @@ impl Pod {
             _proxies: proxies,
         };
         if let Some(models) = &spec.models {
+            let repository = pod.control.repository.clone();
+            repository_edit::fresh_copy(models, &repository).map_err(io_error(models))?;
             for n in 0..backends {
                 pod.control
                     .inner
                     .lock()
                     .await
                     .backends
-                    .push((None, models.clone()));
+                    .push((None, repository.clone()));
                 pod.control.start_backend(n).await?;
             }
         }
@@ -472,6 +478,17 @@ impl PodControl {
             }
         }
         self.start_backend(n).await
+    }
+
+    /// Makes the pod's repository hold exactly the files of `from` (files that differ rewritten, others
+    /// removed): what an operator's copy or a storage fault does to a volume under running backends.
+    pub fn sync_repository(&self, from: &Path) -> Result<(), PodError> {
+        repository_edit::sync_tree(from, &self.repository).map_err(io_error(&self.repository))
+    }
+
+    /// Takes the pod's repository folder away, so that it cannot be listed, or puts it back.
+    pub fn set_repository_readable(&self, readable: bool) -> Result<(), PodError> {
+        repository_edit::set_readable(&self.repository, readable).map_err(io_error(&self.repository))
     }
 
     /// SIGTERM to every process at once, as Kubernetes does to a pod, and waits for each to exit (SIGKILL

@@ -43,9 +43,15 @@ pub fn check_repositories(roots: &[PathBuf], strict_model_config: bool, run: boo
             ));
         }
     }
-    let (found, clashes) = scan::model_folders(roots);
-    r.problems.extend(clashes.into_values());
-    for (name, dir) in &found {
+    let folders = scan::model_folders(roots);
+    for (root, reason) in &folders.unreadable {
+        if root.is_dir() {
+            r.problems
+                .push(format!("{}: cannot be read: {reason}", root.display()));
+        }
+    }
+    r.problems.extend(folders.clashes.into_values());
+    for (name, dir) in &folders.found {
         r.models += 1;
         check_model(name, dir, strict_model_config, run, &mut r);
     }

@@ -12,9 +12,20 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use infergate_protocol::grpc::TRITONCLIENT_MAX_MESSAGE_BYTES;
 
 use crate::core::CoreOptions;
+use crate::memory_budget::MemoryBudget;
 use crate::model_config::SpecDefaults;
 use crate::repository::{ControlMode, RepositoryOptions};
 use crate::version::{GpuFallback, LoadOptions};
+
+/// `--model-memory-limit`: a byte size above zero.
+fn parse_memory_limit(text: &str) -> Result<u64, String> {
+    match infergate_config::units::parse_byte_size(text)? {
+        infergate_config::ByteSize(0) => {
+            Err("the limit must be above 0 (leave the flag out for no limit)".into())
+        }
+        infergate_config::ByteSize(n) => Ok(n),
+    }
+}
 
 /// The infergate backend: a Triton-compatible inference server for ONNX models.
 #[derive(Debug, Parser)]
@@ -176,6 +187,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new(),
           num_args = 0..=1, default_missing_value = "true")]
     pub require_model_manifest: bool,
+    /// What the loaded model versions' files may add up to (`4GiB`, `512MiB`, bytes): a version that would
+    /// go over is refused before it is read, and the loaded ones keep serving. Unset: no limit.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_limit)]
+    pub model_memory_limit: Option<u64>,
     /// What a KIND_GPU instance group does on a machine without any wgpu adapter.
     #[arg(long, value_enum, default_value_t = GpuFallbackArg::Fail)]
     pub gpu_fallback: GpuFallbackArg,
@@ -203,6 +218,7 @@ impl ServeArgs {
                     },
                     require_manifest: self.require_model_manifest,
                     cpu_threads: self.cpu_threads,
+                    memory: MemoryBudget::new(self.model_memory_limit),
                 },
                 defaults: SpecDefaults {
                     max_queue_size: self.max_queue_size,

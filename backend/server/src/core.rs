@@ -170,6 +170,13 @@ impl ServerCore {
     pub fn render_metrics(&self) -> String {
         let mut out = crate::metrics::render(&self.inner.repo.all_serving());
         crate::metrics::render_readiness(&mut out, self.ready(), &self.inner.repo.wanted_readiness());
+        crate::metrics::render_repository(
+            &mut out,
+            &self.inner.repo.root_readability(),
+            &self.inner.repo.load_failure_counts(),
+        );
+        let memory = &self.inner.repo.options().load.memory;
+        crate::metrics::render_memory_budget(&mut out, memory.reserved(), memory.limit());
         crate::metrics::render_host(&mut out);
         out
     }

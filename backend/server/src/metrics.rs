@@ -3,10 +3,12 @@
 //! host's CPU and memory, build info and process metrics.
 
 use std::fmt::Write;
+use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 
 use infergate_telemetry::HostCpu;
 
+use crate::repository::LoadFailureCount;
 use crate::stats::{FailureReason, HistogramSnapshot};
 use crate::version::LoadedVersion;
 
@@ -266,6 +268,64 @@ pub fn render_readiness(out: &mut String, server_ready: bool, models: &[(String,
             esc(name),
             u8::from(*ready)
         );
+    }
+}
+
+/// Appends `infergate_repository_readable{path}` (1 when the repository folder can be listed; while it
+/// cannot, loaded models keep serving and nothing is unloaded) and `infergate_model_load_failures_total
+/// {model,version,reason}` (failed loads by the step they failed at; `version=""` when the model failed as a
+/// whole: its folder, config or auto-complete).
+pub fn render_repository(out: &mut String, roots: &[(PathBuf, bool)], failures: &[LoadFailureCount]) {
+    family(
+        out,
+        "infergate_repository_readable",
+        "gauge",
+        "1 when the model repository folder can be read, 0 while it cannot (loaded models keep serving)",
+    );
+    for (root, readable) in roots {
+        let _ = writeln!(
+            out,
+            "infergate_repository_readable{{path=\"{}\"}} {}",
+            esc(&root.display().to_string()),
+            u8::from(*readable)
+        );
+    }
+    family(
+        out,
+        "infergate_model_load_failures_total",
+        "counter",
+        "Failed model loads, by the step they failed at (the repository index holds the message)",
+    );
+    for f in failures {
+        let _ = writeln!(
+            out,
+            "infergate_model_load_failures_total{{model=\"{}\",version=\"{}\",reason=\"{}\"}} {}",
+            esc(&f.model),
+            f.version.map(|v| v.to_string()).unwrap_or_default(),
+            f.kind.as_str(),
+            f.count
+        );
+    }
+}
+
+/// Appends `infergate_model_memory_reserved_bytes` (what the loaded versions' files add up to, as
+/// `--model-memory-limit` counts it) and `infergate_model_memory_limit_bytes` (when the limit is set).
+pub fn render_memory_budget(out: &mut String, reserved: u64, limit: Option<u64>) {
+    family(
+        out,
+        "infergate_model_memory_reserved_bytes",
+        "gauge",
+        "Bytes of model files the loaded versions hold, as --model-memory-limit counts them",
+    );
+    let _ = writeln!(out, "infergate_model_memory_reserved_bytes {reserved}");
+    if let Some(limit) = limit {
+        family(
+            out,
+            "infergate_model_memory_limit_bytes",
+            "gauge",
+            "The --model-memory-limit: loads that would go over it are refused",
+        );
+        let _ = writeln!(out, "infergate_model_memory_limit_bytes {limit}");
     }
 }
 

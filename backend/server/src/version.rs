@@ -19,7 +19,9 @@ use crate::batcher::{Batcher, Rejected, SubmitError, SubmitOptions};
 use crate::confine;
 use crate::convert::{engine_dtype, protocol_dtype};
 use crate::instance::{InferItem, Instance, engine_error};
+use crate::load_failure::{LoadFailure, LoadFailureKind};
 use crate::manifest::{self, ManifestOutcome};
+use crate::memory_budget::{self, MemoryBudget, Reservation};
 use crate::spec::{InstanceKind, IoSpec, ModelSpec};
 use crate::stats::{FailureReason, VersionStats};
 use crate::warmup;
@@ -44,6 +46,8 @@ pub struct LoadOptions {
     pub require_manifest: bool,
     /// CPU threads per CPU-executor session (`None` = the engine's default).
     pub cpu_threads: Option<usize>,
+    /// `--model-memory-limit`: what the loaded versions' files may add up to.
+    pub memory: Arc<MemoryBudget>,
 }
 
 /// Where a version's files are.
@@ -54,38 +58,62 @@ pub struct VersionSource {
     pub version: u64,
     /// Kept alive with the version (a temporary folder of files sent with a load request).
     pub files: Option<Arc<dyn Send + Sync>>,
-    /// The parsed ONNX model when auto-complete already read it (its manifest was checked first).
-    pub parsed: Option<Arc<Model>>,
+    /// The parsed ONNX model when auto-complete already read it (its manifest was checked and its
+    /// memory reserved first).
+    pub parsed: Option<(Arc<Model>, Reservation)>,
+}
+
+/// Reserves a version folder's bytes under `--model-memory-limit`, before anything in it is read.
+pub fn reserve_memory(
+    version_dir: &Path,
+    options: &LoadOptions,
+    what: &str,
+) -> Result<Reservation, LoadFailure> {
+    let bytes =
+        memory_budget::folder_bytes(version_dir).map_err(LoadFailure::of(LoadFailureKind::Unreadable))?;
+    options
+        .memory
+        .reserve(bytes, what)
+        .map_err(LoadFailure::of(LoadFailureKind::MemoryLimit))
 }
 
 /// Verifies a version folder's integrity manifest off the async runtime (see [`crate::manifest`]).
-pub async fn check_manifest(version_dir: &Path, require: bool) -> Result<(), String> {
+pub async fn check_manifest(version_dir: &Path, require: bool) -> Result<(), LoadFailure> {
+    let integrity = LoadFailure::of(LoadFailureKind::Integrity);
     let dir = version_dir.to_path_buf();
-    let checked = tokio::task::spawn_blocking(move || manifest::verify(&dir))
-        .await
-        .map_err(|e| format!("manifest check stopped: {e}"))?
-        .map_err(|problems| format!("integrity manifest check failed: {}", problems.join("; ")))?;
+    let checked = match tokio::task::spawn_blocking(move || manifest::verify(&dir)).await {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(problems)) => {
+            return Err(integrity(format!(
+                "integrity manifest check failed: {}",
+                problems.join("; ")
+            )));
+        }
+        Err(e) => return Err(integrity(format!("manifest check stopped: {e}"))),
+    };
     match checked {
         ManifestOutcome::Verified(n) => {
             tracing::info!(dir = %version_dir.display(), files = n, "integrity manifest verified");
             Ok(())
         }
-        ManifestOutcome::Absent if require => Err(format!(
+        ManifestOutcome::Absent if require => Err(integrity(format!(
             "{} has no {} and --require-model-manifest is set",
             version_dir.display(),
             manifest::MANIFEST_FILE
-        )),
+        ))),
         ManifestOutcome::Absent => Ok(()),
     }
 }
 
 /// Parses an ONNX file off the async runtime; the error names the file.
-pub async fn parse_model(path: &Path) -> Result<Model, String> {
+pub async fn parse_model(path: &Path) -> Result<Model, LoadFailure> {
+    let invalid = LoadFailure::of(LoadFailureKind::InvalidModel);
     let p = path.to_path_buf();
-    tokio::task::spawn_blocking(move || Model::load(&p))
-        .await
-        .map_err(|e| format!("model parse stopped: {e}"))?
-        .map_err(|e| format!("{}: {e}", path.display()))
+    match tokio::task::spawn_blocking(move || Model::load(&p)).await {
+        Ok(Ok(model)) => Ok(model),
+        Ok(Err(e)) => Err(invalid(format!("{}: {e}", path.display()))),
+        Err(e) => Err(invalid(format!("model parse stopped: {e}"))),
+    }
 }
 
 /// A version that is loaded, warmed up and ready.
@@ -106,6 +134,8 @@ pub struct LoadedVersion {
     sessions: Vec<Arc<Session>>,
     instance_kinds: Vec<&'static str>,
     _files: Option<Arc<dyn Send + Sync>>,
+    /// Released when the version is dropped, once it has drained.
+    _memory: Reservation,
 }
 
 /// A checked request: the batcher item, its rows, and the wanted outputs as (name, engine output index).
@@ -137,7 +167,7 @@ impl LoadedVersion {
         config_json: Arc<serde_json::Value>,
         source: VersionSource,
         options: &LoadOptions,
-    ) -> Result<LoadedVersion, String> {
+    ) -> Result<LoadedVersion, LoadFailure> {
         let VersionSource {
             model_dir,
             version,
@@ -151,25 +181,31 @@ impl LoadedVersion {
         let model_path = version_dir.join(&spec.model_filename);
         let size = std::fs::metadata(&model_path)
             .map_err(|e| {
-                format!(
+                LoadFailure::of(LoadFailureKind::Unreadable)(format!(
                     "cannot read {}: {e} (each version folder needs a {})",
                     model_path.display(),
                     spec.model_filename
-                )
+                ))
             })?
             .len();
-        let model_path = confine::resolve_inside(model_dir, &model_path)?;
+        let model_path = confine::resolve_inside(model_dir, &model_path)
+            .map_err(LoadFailure::of(LoadFailureKind::Integrity))?;
         tracing::info!(model = %name, version, bytes = size, "loading model version");
 
-        let model = match parsed {
-            Some(m) => m,
+        let (model, memory) = match parsed {
+            Some(parsed) => parsed,
             None => {
+                let memory = reserve_memory(
+                    &version_dir,
+                    options,
+                    &format!("model '{name}' version {version}"),
+                )?;
                 check_manifest(&version_dir, options.require_manifest).await?;
-                Arc::new(parse_model(&model_path).await?)
+                (Arc::new(parse_model(&model_path).await?), memory)
             }
         };
         tracing::info!(model = %name, version, ms = started.elapsed().as_millis() as u64, "model parsed and optimised");
-        check_signature(&spec, model.signature())?;
+        check_signature(&spec, model.signature()).map_err(LoadFailure::of(LoadFailureKind::Config))?;
         let input_names: Vec<String> = model.signature().inputs.iter().map(|s| s.name.clone()).collect();
         let output_names: Vec<String> = model.signature().outputs.iter().map(|s| s.name.clone()).collect();
 
@@ -190,7 +226,11 @@ impl LoadedVersion {
             for i in 0..group.count.max(1) {
                 let (session, kind) = new_session(model.clone(), group.kind, options, session_sizing(&spec))
                     .await
-                    .map_err(|e| format!("instance_group[{g}] instance {i}: {e}"))?;
+                    .map_err(|e| {
+                        LoadFailure::of(LoadFailureKind::Instance)(format!(
+                            "instance_group[{g}] instance {i}: {e}"
+                        ))
+                    })?;
                 let session = Arc::new(session);
                 sessions.push(session.clone());
                 instances.push(Instance::new(
@@ -204,14 +244,15 @@ impl LoadedVersion {
         }
 
         for sample in &spec.warmup {
-            let inputs = warmup::sample_inputs(&spec, sample, model_dir, &input_names)?;
+            let inputs = warmup::sample_inputs(&spec, sample, model_dir, &input_names)
+                .map_err(LoadFailure::of(LoadFailureKind::Warmup))?;
             for (i, instance) in instances.iter().enumerate() {
                 for _ in 0..sample.count.max(1) {
                     instance.run_once(inputs.clone()).await.map_err(|e| {
-                        format!(
+                        LoadFailure::of(LoadFailureKind::Warmup)(format!(
                             "warmup sample '{}' failed on instance {i}: {}",
                             sample.name, e.message
-                        )
+                        ))
                     })?;
                 }
             }
@@ -236,6 +277,7 @@ impl LoadedVersion {
             sessions,
             instance_kinds,
             _files: files,
+            _memory: memory,
         })
     }
 

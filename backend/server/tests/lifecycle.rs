@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use infergate_backend::core::ServerCore;
+use infergate_backend::memory_budget::MemoryBudget;
 use infergate_backend::repository::ControlMode;
 use infergate_protocol::{ErrorCode, InferenceService, LoadParameters};
 use support::*;
@@ -213,6 +214,96 @@ async fn poll_mode_follows_the_repository_through_a_file_watch() {
 }
 
 #[tokio::test]
+async fn an_unreadable_repository_unloads_nothing_and_says_so() {
+    let repo = Repo::new();
+    repo.simple("m", &[(1, 1)], Some(&simple_config("")));
+    let core = core(repo.path(), ControlMode::Poll).await;
+    let readable = |v: u8| {
+        format!(
+            "infergate_repository_readable{{path=\"{}\"}} {v}",
+            repo.path().display()
+        )
+    };
+    assert!(core.render_metrics().contains(&readable(1)));
+
+    // The volume goes away: the listing fails, and that must not read as "every model was removed".
+    let aside = repo.path().with_extension("away");
+    std::fs::rename(repo.path(), &aside).unwrap();
+    core.repository().reconcile().await;
+    assert_eq!(core.repository().serving_versions("m"), vec![1]);
+    let r = core.infer(request("m", None, &[[1.0; 4]])).await.unwrap();
+    assert_eq!(output_f32(&r, "y"), vec![2.0; 4]);
+    assert!(core.render_metrics().contains(&readable(0)));
+    let (state, reason) = index_state(&core, "m", "1").unwrap();
+    assert_eq!(state, "READY");
+    assert!(reason.contains("the model repository cannot be read"), "{reason}");
+
+    // It comes back: the note goes, and a bad new version is counted by the step it failed at.
+    std::fs::rename(&aside, repo.path()).unwrap();
+    core.repository().reconcile().await;
+    assert!(core.render_metrics().contains(&readable(1)));
+    assert_eq!(index_state(&core, "m", "1").unwrap().1, "");
+    repo.write("m/2/model.onnx", b"truncated");
+    core.repository().reconcile().await;
+    let (state, reason) = index_state(&core, "m", "2").unwrap();
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(reason.contains("m/2/model.onnx"), "{reason}");
+    assert!(
+        core.render_metrics().contains(
+            // The file watch may reconcile too: one load or two, never none.
+            "infergate_model_load_failures_total{model=\"m\",version=\"2\",reason=\"invalid_model\"} "
+        ),
+        "{}",
+        core.render_metrics()
+    );
+    assert_eq!(core.repository().serving_versions("m"), vec![1]);
+}
+
+#[tokio::test]
+async fn a_version_over_the_memory_limit_is_refused_before_it_is_read() {
+    let repo = Repo::new();
+    repo.simple("small", &[(1, 1)], Some(&simple_config("")));
+    let model_bytes = example_file("simple/1/model.onnx").len() as u64;
+    repo.simple("big", &[(1, 1)], Some(&simple_config("")));
+    repo.write("big/1/weights.bin", vec![0u8; 4096]);
+    let mut opts = options(repo.path(), ControlMode::Explicit);
+    opts.repository.startup_models = vec!["*".into()];
+    // Room for the small model twice (its reload holds both copies at the switch), not for the big one.
+    opts.repository.load.memory = MemoryBudget::new(Some(2 * model_bytes + 100));
+    let core = ServerCore::new(opts);
+    core.start().await.unwrap();
+
+    assert!(core.model_ready("small", None));
+    let (state, reason) = index_state(&core, "big", "1").unwrap();
+    assert_eq!(state, "UNAVAILABLE");
+    assert!(
+        reason.contains("model 'big' version 1 needs") && reason.contains("--model-memory-limit"),
+        "{reason}"
+    );
+    let metrics = core.render_metrics();
+    assert!(metrics.contains(
+        "infergate_model_load_failures_total{model=\"big\",version=\"1\",reason=\"memory_limit\"} 1"
+    ));
+    assert!(
+        metrics.contains(&format!("infergate_model_memory_reserved_bytes {model_bytes}")),
+        "{metrics}"
+    );
+
+    // A reload of the small model fits beside its running copy; unloading it gives its bytes back.
+    repo.write("small/1/model.onnx", example_file("simple/2/model.onnx"));
+    core.load_model("small", LoadParameters::default()).await.unwrap();
+    let r = core.infer(request("small", None, &[[3.0; 4]])).await.unwrap();
+    assert_eq!(output_f32(&r, "y"), vec![6.0; 4]);
+    core.unload_model("small", false).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || core
+            .render_metrics()
+            .contains("infergate_model_memory_reserved_bytes 0"))
+        .await
+    );
+}
+
+#[tokio::test]
 async fn a_manifest_mismatch_refuses_the_version() {
     let repo = Repo::new();
     repo.simple("m", &[(1, 1)], Some(&simple_config("")));
@@ -228,6 +319,9 @@ async fn a_manifest_mismatch_refuses_the_version() {
     let (state, reason) = index_state(&core, "tampered", "1").unwrap();
     assert_eq!(state, "UNAVAILABLE");
     assert!(reason.contains("sha256 mismatch for 'model.onnx'"), "{reason}");
+    assert!(core.render_metrics().contains(
+        "infergate_model_load_failures_total{model=\"tampered\",version=\"1\",reason=\"integrity\"} 1"
+    ));
 }
 
 #[tokio::test]

@@ -440,6 +440,10 @@ def test_a_route_added_by_a_reload_reports_at_zero_before_its_first_request(stac
         'infergate_gateway_request_bytes_total{route="fresh",destination="only"} 0',
         'infergate_gateway_response_bytes_total{route="fresh",destination="only"} 0',
         'infergate_gateway_retry_outcomes_total{route="fresh",outcome="succeeded"} 0',
+        'infergate_gateway_requests_total{route="fresh",destination="only",upstream="rest",outcome="timeout",'
+        'status_class="5xx",response_code="504"} 0',
+        'infergate_gateway_requests_total{route="fresh",destination="only",upstream="rest",outcome="unavailable",'
+        'status_class="2xx",response_code="200",grpc_status="14"} 0',
     ]
     deadline = time.monotonic() + 10
     while True:

@@ -25,6 +25,7 @@ use super::{RetryBudget, RetryPolicy, SendTry, UpstreamError, UpstreamFailure, g
 use crate::metrics::{self as m, RetryOutcome};
 use crate::retry::replay::ReplayBody;
 use crate::timeout::{GRPC_TIMEOUT, TimeoutPolicy, format_grpc_timeout};
+use crate::try_timeout::{TryTimeout, timeout_signalled};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -235,15 +236,40 @@ where
         Ok(resp) => Ok(resp.map(RetryBody::Stream)),
         Err(source) => Err(RetryError::Upstream { source, info }),
     };
+    let signal = per_try_signal(&mut req, try_limit, limited_by_deadline);
     let call = svc.send_try(req);
     Either::Right(match try_limit {
         None => Either::Left(call.map(answered)),
-        Some(t) => Either::Right(tokio::time::timeout_at(now + t, call).map(move |r| match r {
+        Some(t) => Either::Right(timed_try(now + t, call, signal).map(move |r| match r {
             Ok(result) => answered(result),
             Err(_) if limited_by_deadline => Err(RetryError::DeadlineExceeded { info }),
             Err(_) => Err(RetryError::PerTryTimeout { timeout: t, info }),
         })),
     })
+}
+
+/// For a try limited by the per-try timeout (not by the route's deadline), the signal that tells the upstream
+/// the try was abandoned at that timeout, put in the request's extensions (see [`crate::try_timeout`]).
+fn per_try_signal<B>(
+    req: &mut Request<B>,
+    limit: Option<Duration>,
+    limited_by_deadline: bool,
+) -> Option<TryTimeout> {
+    let signal = (limit.is_some() && !limited_by_deadline).then(TryTimeout::default)?;
+    req.extensions_mut().insert(signal.clone());
+    Some(signal)
+}
+
+/// A try under its time limit; the signal, when there is one, fires before the abandoned try is dropped.
+fn timed_try<F: Future>(
+    deadline: Instant,
+    call: F,
+    signal: Option<TryTimeout>,
+) -> impl Future<Output = Result<F::Output, tokio::time::error::Elapsed>> {
+    match signal {
+        Some(signal) => Either::Left(timeout_signalled(deadline, call, signal)),
+        None => Either::Right(tokio::time::timeout_at(deadline, call)),
+    }
 }
 
 /// A try's time limit, the lesser of the per-try timeout and the time `remaining` to the deadline, and
@@ -314,9 +340,10 @@ where
             req.headers_mut().insert(GRPC_TIMEOUT, format_grpc_timeout(t));
         }
 
+        let signal = per_try_signal(&mut req, try_limit, limited_by_deadline);
         let call = svc.send_try(req);
         let result = match try_limit {
-            Some(t) => tokio::time::timeout_at(now + t, call).await.ok(),
+            Some(t) => timed_try(now + t, call, signal).await.ok(),
             None => Some(call.await),
         };
         let (reason, outcome): (Option<&'static str>, Outcome<R, S::Error>) = match result {

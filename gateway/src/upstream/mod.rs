@@ -38,6 +38,7 @@ pub use pool::ConnectSettings;
 use crate::bridge;
 use crate::metrics as m;
 use crate::proxy::Body;
+use crate::try_timeout::TryTimeout;
 use body::Guard;
 use endpoint::Endpoint;
 
@@ -175,6 +176,11 @@ impl Upstream {
         req: Request<Body>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send + '_ {
         let guard = Guard::new(Arc::clone(&endpoint), permit);
+        let abandoned = req.extensions().get::<TryTimeout>().map(|signal| AbandonedTry {
+            upstream: self,
+            endpoint: Arc::clone(&endpoint),
+            signal: signal.clone(),
+        });
         let req = bridge::to_upstream(
             req,
             self.settings.connect.protocol,
@@ -198,6 +204,9 @@ impl Upstream {
             .send(name, endpoint.addr(), &self.settings.connect, req);
         // A combinator, not an `async` block: see `Pool::send`.
         sending.map(move |result| {
+            // Finished before its timeout: the signal never fires, and dropping the watch counts nothing. (The
+            // closure owns it so that it lives, and drops, with the try's future.)
+            drop(abandoned);
             let result = result.map_err(|e| match body_failure.as_ref().and_then(|f| f.get()) {
                 Some(failure) => e.reclassify(failure.kind, &failure.cause),
                 None => e,
@@ -220,6 +229,12 @@ impl Upstream {
                 }
             }
         })
+    }
+
+    /// Counts a try abandoned at its per-try timeout as a failure of its endpoint, as a 504 from it would be.
+    fn record_timeout(&self, endpoint: &Endpoint) {
+        tracing::debug!(upstream = %self.settings.name, endpoint = %endpoint.addr(), "try abandoned at its per-try timeout");
+        self.record_failure(endpoint);
     }
 
     async fn acquire(&self) -> Result<tokio::sync::OwnedSemaphorePermit, UpstreamError> {
@@ -326,6 +341,23 @@ impl Upstream {
             .collect();
         self.endpoints.store(Arc::new(next));
         self.resolved.send_modify(|n| *n += 1);
+    }
+}
+
+/// Dropped with a try's future: when the retry layer abandoned the try at its per-try timeout (the signal
+/// fired), the endpoint was too slow and outlier detection counts it; when the try finished, or the caller
+/// went away, nothing is counted (see [`crate::try_timeout`]).
+struct AbandonedTry<'a> {
+    upstream: &'a Upstream,
+    endpoint: Arc<Endpoint>,
+    signal: TryTimeout,
+}
+
+impl Drop for AbandonedTry<'_> {
+    fn drop(&mut self) {
+        if self.signal.fired() {
+            self.upstream.record_timeout(&self.endpoint);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The actions of a phase, run beside its load at their times: routes edits, a backend killed or restarted,
-//! the pod terminated. Each leaves a log entry (when it ran, how long it took, how many requests were in
+//! the pod terminated, its model repository edited or taken away. Each leaves a log entry (when it ran, how long it took, how many requests were in
 //! flight at that instant, and its error if it failed) that the invariants judge the load against.
 
 use std::path::{Path, PathBuf};
@@ -43,6 +43,7 @@ pub fn schedule(
     let in_case = |kind: ActionKind| match kind {
         ActionKind::Routes(p) => ActionKind::Routes(dir.join(p)),
         ActionKind::RestartBackend(n, models) => ActionKind::RestartBackend(n, models.map(|m| dir.join(m))),
+        ActionKind::Repository(folder) => ActionKind::Repository(dir.join(folder)),
         other => other,
     };
     for a in actions {
@@ -130,6 +131,11 @@ async fn run_one(kind: &ActionKind, hands: &Hands) -> Result<(), String> {
             hands.pod.terminate_all().await;
             Ok(())
         }
+        ActionKind::Repository(folder) => hands.pod.sync_repository(folder).map_err(|e| e.to_string()),
+        ActionKind::RepositoryReadable(readable) => hands
+            .pod
+            .set_repository_readable(*readable)
+            .map_err(|e| e.to_string()),
     }
 }
 

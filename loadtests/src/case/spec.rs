@@ -173,8 +173,9 @@ pub struct CallerGroup {
 }
 
 /// Something done to the pod during the load, once (`at`) or repeatedly (`every`, routes edits only): a routes
-/// edit, a backend killed or restarted, or the whole pod sent SIGTERM. Exactly one of `routes`,
-/// `kill_backend`, `restart_backend` and `terminate_pod`.
+/// edit, a backend killed or restarted, the whole pod sent SIGTERM, or its model repository edited or taken
+/// away. Exactly one of `routes`, `kill_backend`, `restart_backend`, `terminate_pod`, `repository` and
+/// `repository_readable`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionSpec {
@@ -202,6 +203,12 @@ pub struct ActionSpec {
     /// SIGTERM to every process of the pod at once, as Kubernetes stops a pod.
     #[serde(default)]
     pub terminate_pod: bool,
+    /// Make the pod's model repository hold exactly this folder's files (relative to the case folder).
+    #[serde(default)]
+    pub repository: Option<PathBuf>,
+    /// `false` takes the pod's repository folder away (it cannot be listed); `true` puts it back.
+    #[serde(default)]
+    pub repository_readable: Option<bool>,
 }
 
 /// What an action does.
@@ -215,24 +222,37 @@ pub enum ActionKind {
     RestartBackend(usize, Option<PathBuf>),
     /// SIGTERM to the whole pod.
     TerminatePod,
+    /// Make the repository hold this folder's files.
+    Repository(PathBuf),
+    /// Take the repository away (`false`) or put it back (`true`).
+    RepositoryReadable(bool),
 }
 
 impl ActionSpec {
     /// What the action does; the `i`-th time for repeated routes edits. `None` for an invalid spec (which
     /// [`Case::validate`] reports).
     pub fn kind(&self, i: usize) -> Option<ActionKind> {
-        match (
-            self.routes.is_empty(),
-            self.kill_backend,
-            self.restart_backend,
-            self.terminate_pod,
-        ) {
-            (false, None, None, false) => {
-                Some(ActionKind::Routes(self.routes[i % self.routes.len()].clone()))
-            }
-            (true, Some(n), None, false) => Some(ActionKind::KillBackend(n)),
-            (true, None, Some(n), false) => Some(ActionKind::RestartBackend(n, self.models.clone())),
-            (true, None, None, true) => Some(ActionKind::TerminatePod),
+        let mut kinds = Vec::new();
+        if !self.routes.is_empty() {
+            kinds.push(ActionKind::Routes(self.routes[i % self.routes.len()].clone()));
+        }
+        if let Some(n) = self.kill_backend {
+            kinds.push(ActionKind::KillBackend(n));
+        }
+        if let Some(n) = self.restart_backend {
+            kinds.push(ActionKind::RestartBackend(n, self.models.clone()));
+        }
+        if self.terminate_pod {
+            kinds.push(ActionKind::TerminatePod);
+        }
+        if let Some(folder) = &self.repository {
+            kinds.push(ActionKind::Repository(folder.clone()));
+        }
+        if let Some(readable) = self.repository_readable {
+            kinds.push(ActionKind::RepositoryReadable(readable));
+        }
+        match kinds.len() {
+            1 => kinds.pop(),
             _ => None,
         }
     }
@@ -546,7 +566,8 @@ impl Case {
                 }
                 match a.kind(0) {
                     None => problems.push(format!(
-                        "{at}: an action does exactly one of `routes`, `kill_backend`, `restart_backend` and `terminate_pod`"
+                        "{at}: an action does exactly one of `routes`, `kill_backend`, `restart_backend`, `terminate_pod`, \
+                         `repository` and `repository_readable`"
                     )),
                     Some(ActionKind::Routes(_)) => {}
                     Some(kind) => {
@@ -561,12 +582,19 @@ impl Case {
                                 self.pod.backends.max(1)
                             ));
                         }
+                        if matches!(kind, ActionKind::Repository(_) | ActionKind::RepositoryReadable(_))
+                            && self.pod.models.is_none()
+                        {
+                            problems.push(format!(
+                                "{at}: a repository edit needs a repository: set pod.models"
+                            ));
+                        }
                     }
                 }
                 if a.models.is_some() && a.restart_backend.is_none() {
                     problems.push(format!("{at}: `models` goes with `restart_backend`"));
                 }
-                for r in a.routes.iter().chain(&a.models) {
+                for r in a.routes.iter().chain(&a.models).chain(&a.repository) {
                     if !dir.join(r).exists() {
                         problems.push(format!(
                             "{at}: {} does not exist (paths are relative to the case folder)",

@@ -26,6 +26,7 @@ use infergate_config::ModelConfig;
 use infergate_protocol::{LoadParameters, ModelState, RepositoryIndexEntry, ServeError};
 
 use crate::confine;
+use crate::load_failure::{LoadFailure, LoadFailureKind, LoadFailures};
 use crate::model_config::{self, SpecDefaults};
 use crate::version::{self, LoadOptions, LoadedVersion, VersionSource};
 
@@ -78,6 +79,26 @@ pub struct Repository {
     opts: RepositoryOptions,
     models: RwLock<BTreeMap<String, ModelEntry>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Repository folders that could not be listed at the last look, with the reason.
+    unreadable: Mutex<BTreeMap<PathBuf, String>>,
+    /// Failed loads, counted per model, version and kind.
+    load_failures: Mutex<BTreeMap<FailureKey, u64>>,
+}
+
+/// A model, a version of it (`None`: the model as a whole) and the step a load failed at.
+type FailureKey = (String, Option<u64>, LoadFailureKind);
+
+/// One series of `infergate_model_load_failures_total`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadFailureCount {
+    /// The model.
+    pub model: String,
+    /// The version; `None` when the model failed as a whole (its folder, config or auto-complete).
+    pub version: Option<u64>,
+    /// The step it failed at.
+    pub kind: LoadFailureKind,
+    /// How many loads failed so.
+    pub count: u64,
 }
 
 fn lock_err<T>(r: std::sync::LockResult<T>) -> T {
@@ -98,7 +119,53 @@ impl Repository {
             opts,
             models: RwLock::new(BTreeMap::new()),
             locks: Mutex::new(HashMap::new()),
+            unreadable: Mutex::new(BTreeMap::new()),
+            load_failures: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Looks at the repository folders and remembers which could not be read, logging each change.
+    fn scan(&self) -> scan::Folders {
+        let folders = scan::model_folders(&self.opts.roots);
+        let mut unreadable = lock_err(self.unreadable.lock());
+        for (root, reason) in &folders.unreadable {
+            if !unreadable.contains_key(root) {
+                tracing::error!(
+                    root = %root.display(), %reason,
+                    "the model repository cannot be read; loaded models keep serving until it can"
+                );
+            }
+        }
+        for root in unreadable.keys() {
+            if !folders.unreadable.contains_key(root) {
+                tracing::info!(root = %root.display(), "the model repository can be read again");
+            }
+        }
+        *unreadable = folders.unreadable.clone();
+        folders
+    }
+
+    /// Every repository folder with whether it can be read now.
+    pub fn root_readability(&self) -> Vec<(PathBuf, bool)> {
+        let unreadable = self.scan().unreadable;
+        self.opts
+            .roots
+            .iter()
+            .map(|r| (r.clone(), !unreadable.contains_key(r)))
+            .collect()
+    }
+
+    /// Failed loads so far, per model, version and kind.
+    pub fn load_failure_counts(&self) -> Vec<LoadFailureCount> {
+        lock_err(self.load_failures.lock())
+            .iter()
+            .map(|((model, version, kind), count)| LoadFailureCount {
+                model: model.clone(),
+                version: *version,
+                kind: *kind,
+                count: *count,
+            })
+            .collect()
     }
 
     /// The settings.
@@ -109,7 +176,7 @@ impl Repository {
     /// Loads what the control mode says to load at start-up. Failures are recorded per model (see
     /// [`Repository::index`]); the rest serve.
     pub async fn load_startup(&self) {
-        let (found, clashes) = scan::model_folders(&self.opts.roots);
+        let scan::Folders { found, clashes, .. } = self.scan();
         let names: Vec<String> = match self.opts.mode {
             ControlMode::None | ControlMode::Poll => found.keys().cloned().collect(),
             ControlMode::Explicit if self.opts.startup_models.iter().any(|m| m == "*") => {
@@ -135,8 +202,12 @@ impl Repository {
     }
 
     /// Follows the repository folders (poll mode): loads new and changed models, unloads removed ones.
+    /// While a repository folder cannot be read, nothing is unloaded: its models' absence from the listing
+    /// says nothing about them (a volume that failed to mount is not an operator removing every model).
     pub async fn reconcile(&self) {
-        let (found, _) = scan::model_folders(&self.opts.roots);
+        let scan::Folders {
+            found, unreadable, ..
+        } = self.scan();
         for (name, dir) in &found {
             let print = scan::model_fingerprint(dir);
             let known = lock_err(self.models.read()).get(name).and_then(|e| e.model_print);
@@ -147,6 +218,9 @@ impl Repository {
             if let Err(e) = self.load(name, LoadParameters::default()).await {
                 tracing::error!(model = %name, error = %e.message, "reload failed; the previous versions keep serving");
             }
+        }
+        if !unreadable.is_empty() {
+            return;
         }
         let gone: Vec<String> = lock_err(self.models.read())
             .iter()
@@ -179,16 +253,29 @@ impl Repository {
         let lock = self.model_lock(name);
         let _serialised = lock.lock().await;
         let result = self.load_locked(name, params).await;
-        if let Err(reason) = &result {
-            lock_err(self.models.write())
-                .entry(name.to_string())
-                .or_default()
-                .model_reason = Some(reason.clone());
+        let Err(failures) = result else {
+            return Ok(());
+        };
+        {
+            let mut counts = lock_err(self.load_failures.lock());
+            for (version, failure) in &failures.0 {
+                *counts
+                    .entry((name.to_string(), *version, failure.kind))
+                    .or_default() += 1;
+            }
         }
-        result.map_err(|reason| ServeError::invalid_argument(format!("failed to load '{name}': {reason}")))
+        let reason = failures.to_string();
+        lock_err(self.models.write())
+            .entry(name.to_string())
+            .or_default()
+            .model_reason = Some(reason.clone());
+        Err(ServeError::invalid_argument(format!(
+            "failed to load '{name}': {reason}"
+        )))
     }
 
-    async fn load_locked(&self, name: &str, params: LoadParameters) -> Result<(), String> {
+    async fn load_locked(&self, name: &str, params: LoadParameters) -> Result<(), LoadFailures> {
+        let config_err = LoadFailure::of(LoadFailureKind::Config);
         let from_request = params.config.is_some() || !params.files.is_empty();
         {
             let mut models = lock_err(self.models.write());
@@ -196,20 +283,29 @@ impl Repository {
             e.wanted = true;
         }
         let (model_dir, files) = if params.files.is_empty() {
-            let (found, clashes) = scan::model_folders(&self.opts.roots);
-            if let Some(reason) = clashes.get(name) {
-                return Err(reason.clone());
+            let folders = self.scan();
+            if let Some(reason) = folders.clashes.get(name) {
+                return Err(config_err(reason.clone()).into());
             }
-            let Some(dir) = found.get(name).cloned() else {
+            let Some(dir) = folders.found.get(name).cloned() else {
+                if let Some((root, reason)) = folders.unreadable.iter().next() {
+                    return Err(LoadFailure::of(LoadFailureKind::Unreadable)(format!(
+                        "the model repository {} cannot be read ({reason}); fix the volume or its \
+                         permissions, then load '{name}' again",
+                        root.display()
+                    ))
+                    .into());
+                }
                 let roots: Vec<String> = self.opts.roots.iter().map(|r| r.display().to_string()).collect();
-                return Err(format!(
+                return Err(config_err(format!(
                     "there is no model folder '{name}' in the model repository ({})",
                     roots.join(", ")
-                ));
+                ))
+                .into());
             };
             (dir, None)
         } else {
-            let (dir, keep) = write_request_files(name, &params.files)?;
+            let (dir, keep) = write_request_files(name, &params.files).map_err(config_err)?;
             (dir, Some(keep))
         };
         let model_print = scan::model_fingerprint(&model_dir);
@@ -222,8 +318,8 @@ impl Repository {
 
         // The config: the request's override, the folder's file, or auto-complete.
         let file_config: Option<ModelConfig> = match &params.config {
-            Some(text) => Some(model_config::parse_override(text, name)?),
-            None => match model_config::read_config_file(&model_dir, name)? {
+            Some(text) => Some(model_config::parse_override(text, name).map_err(config_err)?),
+            None => match model_config::read_config_file(&model_dir, name).map_err(config_err)? {
                 Some(f) => {
                     for w in &f.warnings {
                         tracing::warn!(model = %name, "{w}");
@@ -234,25 +330,27 @@ impl Repository {
             },
         };
         if file_config.is_none() && self.opts.strict_model_config {
-            return Err(format!(
+            return Err(config_err(format!(
                 "{} has no config.pbtxt (or config.yaml) and --strict-model-config is set; write one, or drop \
                  the flag to derive it from the ONNX model",
                 model_dir.display()
-            ));
+            ))
+            .into());
         }
         if self.opts.strict_model_config && model_config::needs_autocomplete(file_config.as_ref()) {
-            return Err(format!(
+            return Err(config_err(format!(
                 "{}: the config declares no inputs or no outputs and --strict-model-config is set; declare them, \
                  or drop the flag to take them from the ONNX model",
                 model_dir.display()
-            ));
+            ))
+            .into());
         }
         let available = scan::versions(&model_dir);
         let policy_source = file_config.clone().unwrap_or_default();
         let mut selected = policy_source.select_versions(&available);
         selected.sort_unstable();
         if selected.is_empty() {
-            return Err(if available.is_empty() {
+            return Err(config_err(if available.is_empty() {
                 format!(
                     "{} has no numeric version folder (e.g. {0}/1/model.onnx)",
                     model_dir.display()
@@ -266,7 +364,8 @@ impl Repository {
                         .collect::<Vec<_>>()
                         .join(", ")
                 )
-            });
+            })
+            .into());
         }
 
         let mut parsed = BTreeMap::new();
@@ -278,29 +377,37 @@ impl Repository {
                     .as_ref()
                     .map_or("model.onnx", |c| c.model_filename())
                     .to_string();
-                version::check_manifest(&vdir, self.opts.load.require_manifest).await?;
-                let path = confine::resolve_inside(&model_dir, &vdir.join(&filename))?;
-                let model = Arc::new(version::parse_model(&path).await?);
+                let of_version = |f: LoadFailure| LoadFailures(vec![(Some(v), f)]);
+                version::check_manifest(&vdir, self.opts.load.require_manifest)
+                    .await
+                    .map_err(of_version)?;
+                let path = confine::resolve_inside(&model_dir, &vdir.join(&filename))
+                    .map_err(|e| of_version(LoadFailure::of(LoadFailureKind::Integrity)(e)))?;
+                let memory =
+                    version::reserve_memory(&vdir, &self.opts.load, &format!("model '{name}' version {v}"))
+                        .map_err(of_version)?;
+                let model = Arc::new(version::parse_model(&path).await.map_err(of_version)?);
                 match &first {
                     Some((fv, sig)) if sig != model.signature() => {
-                        return Err(format!(
+                        return Err(config_err(format!(
                             "config auto-complete is ambiguous: versions {fv} and {v} have different signatures; \
                              write a config.pbtxt with the inputs and outputs"
-                        ));
+                        ))
+                        .into());
                     }
                     Some(_) => {}
                     None => first = Some((v, model.signature().clone())),
                 }
-                parsed.insert(v, model);
+                parsed.insert(v, (model, memory));
             }
             let sig = first.map(|(_, s)| s).unwrap_or_default();
-            let c = model_config::autocomplete(file_config, name, &sig)?;
+            let c = model_config::autocomplete(file_config, name, &sig).map_err(config_err)?;
             tracing::info!(model = %name, max_batch_size = c.max_batch_size, "config auto-completed from the ONNX model");
             c
         } else {
             file_config.unwrap_or_default()
         };
-        let spec = Arc::new(model_config::to_spec(&config, &self.opts.defaults)?);
+        let spec = Arc::new(model_config::to_spec(&config, &self.opts.defaults).map_err(config_err)?);
         let json = Arc::new(config.to_triton_json());
         let config_hash = hash_of(&json.to_string());
 
@@ -329,7 +436,7 @@ impl Repository {
         let files: Option<Arc<dyn Send + Sync>> = files.map(|f| f as Arc<dyn Send + Sync>);
         let mut loaded: Serving = BTreeMap::new();
         let mut prints = BTreeMap::new();
-        let mut failures: Vec<(u64, String)> = Vec::new();
+        let mut failures: Vec<(u64, LoadFailure)> = Vec::new();
         for (v, print, reuse) in plan {
             if let Some(existing) = reuse {
                 loaded.insert(v, existing);
@@ -347,9 +454,12 @@ impl Repository {
                     loaded.insert(v, Arc::new(lv));
                     prints.insert(v, print);
                 }
-                Err(reason) => {
-                    tracing::error!(model = %name, version = v, %reason, "version failed to load");
-                    failures.push((v, reason));
+                Err(failure) => {
+                    tracing::error!(
+                        model = %name, version = v, kind = failure.kind.as_str(), reason = %failure,
+                        "version failed to load"
+                    );
+                    failures.push((v, failure));
                 }
             }
         }
@@ -384,9 +494,10 @@ impl Repository {
         for v in new_set.keys() {
             e.status.insert(*v, (ModelState::Ready, String::new()));
         }
-        for (v, reason) in &failures {
+        for (v, failure) in &failures {
             if !new_set.contains_key(v) {
-                e.status.insert(*v, (ModelState::Unavailable, reason.clone()));
+                e.status
+                    .insert(*v, (ModelState::Unavailable, failure.message.clone()));
             }
         }
         // Versions that were loading but ended neither serving nor failed (a kept-old reload).
@@ -402,11 +513,9 @@ impl Repository {
             tracing::info!(model = %name, versions = ?selected, "model serving");
             Ok(())
         } else {
-            let text: Vec<String> = failures
-                .iter()
-                .map(|(v, r)| format!("version {v}: {r}"))
-                .collect();
-            Err(text.join("; "))
+            Err(LoadFailures(
+                failures.into_iter().map(|(v, f)| (Some(v), f)).collect(),
+            ))
         }
     }
 
@@ -416,8 +525,7 @@ impl Repository {
         let _serialised = lock.lock().await;
         let mut models = lock_err(self.models.write());
         let Some(e) = models.get_mut(name) else {
-            let (found, _) = scan::model_folders(&self.opts.roots);
-            return if found.contains_key(name) {
+            return if self.scan().found.contains_key(name) {
                 Ok(())
             } else {
                 Err(ServeError::unknown_model(name))
@@ -496,7 +604,21 @@ impl Repository {
 
     /// The repository index: every model folder and every model ever loaded, with per-version states.
     pub fn index(&self, ready_only: bool) -> Vec<RepositoryIndexEntry> {
-        let (found, _) = scan::model_folders(&self.opts.roots);
+        let scan::Folders {
+            found, unreadable, ..
+        } = self.scan();
+        // A serving version says so when its repository cannot be read: it keeps serving what it loaded, and
+        // a change to its files cannot be seen until the folder is back.
+        let unreadable_note: Option<String> = (!unreadable.is_empty()).then(|| {
+            let roots: Vec<String> = unreadable
+                .iter()
+                .map(|(root, reason)| format!("{} ({reason})", root.display()))
+                .collect();
+            format!(
+                "serving what was loaded; the model repository cannot be read: {}",
+                roots.join(", ")
+            )
+        });
         let mut models = lock_err(self.models.write());
         let mut out = Vec::new();
         let mut names: Vec<String> = found.into_keys().collect();
@@ -528,6 +650,15 @@ impl Repository {
                     && let Some(r) = &e.model_reason
                 {
                     reason = format!("serving; the last reload failed: {r}");
+                }
+                if state == ModelState::Ready
+                    && let Some(note) = &unreadable_note
+                {
+                    reason = if reason.is_empty() {
+                        note.clone()
+                    } else {
+                        format!("{reason}; {note}")
+                    };
                 }
                 if ready_only && state != ModelState::Ready {
                     continue;

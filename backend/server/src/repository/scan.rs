@@ -8,14 +8,28 @@ use std::time::UNIX_EPOCH;
 
 use crate::model_config::CONFIG_FILES;
 
-/// Model folders of the repositories, by name. A name found in two repositories is an error (listed
-/// in the second map).
-pub fn model_folders(roots: &[PathBuf]) -> (BTreeMap<String, PathBuf>, BTreeMap<String, String>) {
-    let mut found: BTreeMap<String, PathBuf> = BTreeMap::new();
-    let mut clashes = BTreeMap::new();
+/// What a look at the repository folders found.
+#[derive(Debug, Default)]
+pub struct Folders {
+    /// Model folders by name.
+    pub found: BTreeMap<String, PathBuf>,
+    /// Names found in two repositories, with the error to report.
+    pub clashes: BTreeMap<String, String>,
+    /// Repository folders that could not be listed (missing, unmounted, no permission), with the reason.
+    /// What they held is unknown, not absent: callers must not read it as "every model was removed".
+    pub unreadable: BTreeMap<PathBuf, String>,
+}
+
+/// Model folders of the repositories, by name.
+pub fn model_folders(roots: &[PathBuf]) -> Folders {
+    let mut out = Folders::default();
     for root in roots {
-        let Ok(entries) = std::fs::read_dir(root) else {
-            continue;
+        let entries = match std::fs::read_dir(root) {
+            Ok(entries) => entries,
+            Err(e) => {
+                out.unreadable.insert(root.clone(), e.to_string());
+                continue;
+            }
         };
         for e in entries.flatten() {
             let path = e.path();
@@ -29,8 +43,8 @@ pub fn model_folders(roots: &[PathBuf]) -> (BTreeMap<String, PathBuf>, BTreeMap<
             if name.starts_with('.') {
                 continue;
             }
-            if let Some(first) = found.get(&name) {
-                clashes.insert(
+            if let Some(first) = out.found.get(&name) {
+                out.clashes.insert(
                     name.clone(),
                     format!(
                         "model '{name}' is in two repositories ({} and {}); model names must be unique",
@@ -40,10 +54,10 @@ pub fn model_folders(roots: &[PathBuf]) -> (BTreeMap<String, PathBuf>, BTreeMap<
                 );
                 continue;
             }
-            found.insert(name, path);
+            out.found.insert(name, path);
         }
     }
-    (found, clashes)
+    out
 }
 
 /// Numeric version folders of a model folder, ascending. Other entries are ignored, as Triton does.
@@ -131,9 +145,11 @@ mod tests {
         std::fs::create_dir_all(b.path().join("m")).unwrap();
         std::fs::create_dir_all(b.path().join("n")).unwrap();
         std::fs::write(a.path().join("README"), "not a model").unwrap();
-        let (found, clashes) = model_folders(&[a.path().to_path_buf(), b.path().to_path_buf()]);
-        assert_eq!(found.keys().collect::<Vec<_>>(), vec!["m", "n"]);
-        assert!(clashes["m"].contains("two repositories"));
+        let missing = a.path().join("not-mounted");
+        let folders = model_folders(&[a.path().to_path_buf(), b.path().to_path_buf(), missing.clone()]);
+        assert_eq!(folders.found.keys().collect::<Vec<_>>(), vec!["m", "n"]);
+        assert!(folders.clashes["m"].contains("two repositories"));
+        assert_eq!(folders.unreadable.keys().collect::<Vec<_>>(), vec![&missing]);
         let m = a.path().join("m");
         assert_eq!(versions(&m), vec![1, 2, 10]);
         let before = model_fingerprint(&m);
