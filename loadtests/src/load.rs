@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::payload::Payload;
-use crate::record::{Outcome, Recorder};
+use crate::record::{ErrorKind, Outcome, Recorder};
 
 /// How one caller paces its requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -82,7 +82,8 @@ impl RunResult {
 
 struct Shared {
     client: Client,
-    payload: Payload,
+    /// One per model the requests name; request `i` goes to `payloads[i % len]`.
+    payloads: Vec<Payload>,
     measure_start: Instant,
     end: Option<Instant>,
     limit: Option<u64>,
@@ -114,7 +115,11 @@ impl Shared {
 
     async fn infer(&self, i: u64, id: &HeaderValue) -> Outcome {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let outcome = self.client.infer(&self.payload, i, id).await;
+        let n = self.payloads.len() as u64;
+        let outcome = match i.checked_rem(n).and_then(|k| self.payloads.get(k as usize)) {
+            Some(payload) => self.client.infer(payload, i, id).await,
+            None => Outcome::Err(ErrorKind::Io),
+        };
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         outcome
     }
@@ -150,14 +155,15 @@ pub async fn run(
     start: Instant,
     progress: bool,
 ) -> RunResult {
-    run_observed(client, payload, plan, start, progress, Arc::default()).await
+    run_observed(client, vec![payload], plan, start, progress, Arc::default()).await
 }
 
-/// [`run`], keeping the number of requests in flight in `in_flight` as it goes, so that a fault injected
-/// during the run can be judged against the requests it could have hit.
+/// [`run`] over one or more models (request `i` names the model of `payloads[i % len]`; at least one),
+/// keeping the number of requests in flight in `in_flight` as it goes, so that a fault injected during the run
+/// can be judged against the requests it could have hit.
 pub async fn run_observed(
     client: Client,
-    payload: Payload,
+    payloads: Vec<Payload>,
     plan: &LoadPlan,
     start: Instant,
     progress: bool,
@@ -166,7 +172,7 @@ pub async fn run_observed(
     let measure_start = start + plan.warmup;
     let shared = Arc::new(Shared {
         client,
-        payload,
+        payloads,
         measure_start,
         end: plan.duration.map(|d| measure_start + d),
         limit: plan.requests,

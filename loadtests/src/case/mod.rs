@@ -153,13 +153,16 @@ async fn run_phases(
             (Side::Backend, _) => pod.backend_http(),
         };
         let client = Client::new(target, phase.protocol, phase.timeout.0);
-        let payload = match &phase.replay {
-            Some(folder) => Payload::replay(&phase.model, &dir.join(folder))?,
-            None => {
-                let meta = client.metadata(&phase.model).await?;
-                Payload::from_metadata(&meta, phase.batch, phase.payload)?
-            }
-        };
+        let mut payloads = Vec::new();
+        for model in std::iter::once(&phase.model).chain(&phase.more_models) {
+            payloads.push(match &phase.replay {
+                Some(folder) => Payload::replay(model, &dir.join(folder))?,
+                None => {
+                    let meta = client.metadata(model).await?;
+                    Payload::from_metadata(&meta, phase.batch, phase.payload)?
+                }
+            });
+        }
         if let Some(routes) = &phase.routes {
             pod.write_routes(&dir.join(routes))?;
             // The gateway debounces file events for at most 1 s before it swaps the rules in.
@@ -196,7 +199,7 @@ async fn run_phases(
                 read_resources(&control, &watched).await
             })
         };
-        let result = load::run_observed(client, payload, &plan, start, opts.progress, in_flight).await;
+        let result = load::run_observed(client, payloads, &plan, start, opts.progress, in_flight).await;
         let _ = stop_actions.send(true);
         let action_log = action_task.await.unwrap_or_default();
         let resources_before = resources_task.await.unwrap_or_default();

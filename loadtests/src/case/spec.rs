@@ -86,6 +86,9 @@ pub struct Phase {
     pub protocol: Protocol,
     /// The model the requests name.
     pub model: String,
+    /// Further models: the requests name `model` and these in turn (a repository of many models).
+    #[serde(default)]
+    pub more_models: Vec<String>,
     /// REST body encoding (default JSON).
     #[serde(default)]
     pub payload: PayloadKind,
