@@ -22,6 +22,30 @@ fn get(gw: &infergate_gateway::server::Gateway, path: &str) -> Request<Full<Byte
         .unwrap()
 }
 
+/// An upstream that answers after 5 s.
+async fn slow_upstream() -> TestUpstream {
+    upstream(|_req: Request<Incoming>| async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Response::new(Full::new(Bytes::from_static(b"late")))
+    })
+    .await
+}
+
+/// The admin API's view of the first upstream's endpoint at `addr`.
+async fn endpoint_state(
+    gw: &infergate_gateway::server::Gateway,
+    addr: std::net::SocketAddr,
+) -> serde_json::Value {
+    let (status, body) = admin_get(gw, "/upstreams").await;
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let eps = v["upstreams"][0]["endpoints"].as_array().unwrap();
+    eps.iter()
+        .find(|e| e["address"] == addr.to_string())
+        .unwrap()
+        .clone()
+}
+
 #[tokio::test]
 async fn beyond_concurrent_and_pending_limits_requests_are_refused_at_once() {
     let gate = Arc::new(Semaphore::new(0));
@@ -186,11 +210,7 @@ routes:
         "the failing endpoint is ejected after 3 consecutive 5xx"
     );
     assert_eq!(failures, 3, "every later request goes to the healthy endpoint");
-    let (status, body) = admin_get(&gw, "/upstreams").await;
-    assert_eq!(status, 200);
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let eps = v["upstreams"][0]["endpoints"].as_array().unwrap();
-    let bad_ep = eps.iter().find(|e| e["address"] == bad.addr.to_string()).unwrap();
+    let bad_ep = endpoint_state(&gw, bad.addr).await;
     assert!(bad_ep["ejected_for_ms"].as_u64().unwrap() > 20_000, "{bad_ep}");
     let (_, metrics) = admin_get(&gw, "/metrics").await;
     assert!(
@@ -204,11 +224,7 @@ routes:
 /// nothing, so a slow-but-alive endpoint kept costing a retry to every request that drew it.)
 #[tokio::test]
 async fn an_endpoint_too_slow_for_the_per_try_timeout_is_ejected() {
-    let slow = upstream(|_req: Request<Incoming>| async {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        Response::new(Full::new(Bytes::from_static(b"late")))
-    })
-    .await;
+    let slow = slow_upstream().await;
     let good = named_upstream("good").await;
     let gw = gateway(&format!(
         r#"
@@ -245,13 +261,7 @@ routes:
         3,
         "the slow endpoint is ejected after 3 tries abandoned at the per-try timeout"
     );
-    let (_, body) = admin_get(&gw, "/upstreams").await;
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let eps = v["upstreams"][0]["endpoints"].as_array().unwrap();
-    let slow_ep = eps
-        .iter()
-        .find(|e| e["address"] == slow.addr.to_string())
-        .unwrap();
+    let slow_ep = endpoint_state(&gw, slow.addr).await;
     assert!(slow_ep["ejected_for_ms"].as_u64().unwrap() > 20_000, "{slow_ep}");
 }
 
@@ -259,11 +269,7 @@ routes:
 /// gateway's own per-try timeout counts against it, or any client could eject endpoints by hanging up.
 #[tokio::test]
 async fn a_caller_hanging_up_does_not_count_against_the_endpoint() {
-    let slow = upstream(|_req: Request<Incoming>| async {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        Response::new(Full::new(Bytes::from_static(b"late")))
-    })
-    .await;
+    let slow = slow_upstream().await;
     let gw = gateway(&format!(
         r#"
 upstreams:
@@ -292,9 +298,7 @@ routes:
     }
     eventually("the three tries reached the endpoint", || slow.hits() == 3).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let (_, body) = admin_get(&gw, "/upstreams").await;
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let ep = &v["upstreams"][0]["endpoints"][0];
+    let ep = endpoint_state(&gw, slow.addr).await;
     assert_eq!(ep["ejected_for_ms"], serde_json::Value::Null, "{ep}");
 }
 
