@@ -34,13 +34,15 @@ pub enum Pace {
     },
 }
 
-/// One caller: its `x-caller-id` and its pace.
+/// One caller: its `x-caller-id`, its pace and the models it asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallerSpec {
     /// Sent as `x-caller-id`.
     pub name: String,
     /// Its pace.
     pub pace: Pace,
+    /// The run's payloads (by index) its requests take in turn; empty: all of them.
+    pub models: Vec<usize>,
 }
 
 /// What to send, for how long.
@@ -113,10 +115,15 @@ impl Shared {
         }
     }
 
-    async fn infer(&self, i: u64, id: &HeaderValue) -> Outcome {
+    /// Sends request `i` of a caller that takes the payloads `models` in turn (all when empty).
+    async fn infer(&self, i: u64, id: &HeaderValue, models: &[usize]) -> Outcome {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let n = self.payloads.len() as u64;
-        let outcome = match i.checked_rem(n).and_then(|k| self.payloads.get(k as usize)) {
+        let index = if models.is_empty() {
+            i.checked_rem(self.payloads.len() as u64).map(|k| k as usize)
+        } else {
+            models.get((i % models.len() as u64) as usize).copied()
+        };
+        let outcome = match index.and_then(|k| self.payloads.get(k)) {
             Some(payload) => self.client.infer(payload, i, id).await,
             None => Outcome::Err(ErrorKind::Io),
         };
@@ -195,6 +202,7 @@ pub async fn run_observed(
             Pace::Closed { concurrency } => {
                 for _ in 0..concurrency.max(1) {
                     let (shared, rec, id) = (shared.clone(), rec.clone(), id.clone());
+                    let models = caller.models.clone();
                     seq += 1;
                     let mut i = seq << 32;
                     tasks.spawn(async move {
@@ -204,7 +212,7 @@ pub async fn run_observed(
                             if !shared.admit(sent) {
                                 break;
                             }
-                            let outcome = shared.infer(i, &id).await;
+                            let outcome = shared.infer(i, &id, &models).await;
                             shared.record(&rec, sent, sent, &outcome);
                             i += 1;
                         }
@@ -213,6 +221,7 @@ pub async fn run_observed(
             }
             Pace::Open { rate } => {
                 let (shared, rec, id) = (shared.clone(), rec.clone(), id.clone());
+                let models: Arc<[usize]> = caller.models.clone().into();
                 let gap = Duration::from_secs_f64(1.0 / rate.max(1e-3));
                 let slots = Arc::new(Semaphore::new(plan.max_in_flight.max(1)));
                 tasks.spawn(async move {
@@ -229,10 +238,11 @@ pub async fn run_observed(
                         let Ok(permit) = slots.clone().acquire_owned().await else {
                             break;
                         };
-                        let (shared, rec, id) = (shared.clone(), rec.clone(), id.clone());
+                        let (shared, rec, id, models) =
+                            (shared.clone(), rec.clone(), id.clone(), models.clone());
                         inflight.spawn(async move {
                             let sent = Instant::now();
-                            let outcome = shared.infer(u64::from(n), &id).await;
+                            let outcome = shared.infer(u64::from(n), &id, &models).await;
                             shared.record(&rec, intended, sent, &outcome);
                             drop(permit);
                         });

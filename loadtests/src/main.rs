@@ -218,6 +218,7 @@ fn parse_caller(text: &str) -> anyhow::Result<CallerSpec> {
     Ok(CallerSpec {
         name: name.to_owned(),
         pace,
+        models: Vec::new(),
     })
 }
 
@@ -240,6 +241,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<bool> {
                     concurrency: args.concurrency.max(1),
                 },
             },
+            models: Vec::new(),
         });
     }
     let plan = LoadPlan {

@@ -173,6 +173,7 @@ fn streams() -> Vec<Stream> {
     let open = |name: &str, rate: f64| CallerSpec {
         name: name.to_owned(),
         pace: Pace::Open { rate },
+        models: Vec::new(),
     };
     vec![
         Stream {

@@ -99,10 +99,12 @@ async fn callers_versions_and_refusals_are_counted_apart() {
             CallerSpec {
                 name: "quiet".into(),
                 pace: Pace::Closed { concurrency: 2 },
+                models: Vec::new(),
             },
             CallerSpec {
                 name: "noisy".into(),
                 pace: Pace::Open { rate: 200.0 },
+                models: Vec::new(),
             },
         ];
         let r = load::run(
@@ -140,6 +142,7 @@ async fn an_open_loop_charges_a_stall_to_the_requests_scheduled_behind_it() {
     let open = vec![CallerSpec {
         name: "open".into(),
         pace: Pace::Open { rate: 100.0 },
+        models: Vec::new(),
     }];
     let r = load::run(
         client.clone(),
@@ -165,6 +168,7 @@ async fn a_request_bound_stops_the_run_and_a_closed_port_is_a_connect_failure() 
     let one = vec![CallerSpec {
         name: "c".into(),
         pace: Pace::Closed { concurrency: 4 },
+        models: Vec::new(),
     }];
     let r = load::run(
         client,

@@ -108,6 +108,7 @@ fn plan(requests: u64) -> LoadPlan {
         callers: vec![CallerSpec {
             name: "c".into(),
             pace: Pace::Closed { concurrency: 4 },
+            models: Vec::new(),
         }],
         warmup: Duration::ZERO,
         duration: None,

@@ -153,8 +153,19 @@ async fn run_phases(
             (Side::Backend, _) => pod.backend_http(),
         };
         let client = Client::new(target, phase.protocol, phase.timeout.0);
+        // The phase's models first (callers without a model of their own take them in turn), then each model
+        // a caller group names.
+        let rotation: Vec<&String> = std::iter::once(&phase.model).chain(&phase.more_models).collect();
+        let mut models = rotation.clone();
+        for group in &phase.callers {
+            if let Some(m) = &group.model
+                && !models.contains(&m)
+            {
+                models.push(m);
+            }
+        }
         let mut payloads = Vec::new();
-        for model in std::iter::once(&phase.model).chain(&phase.more_models) {
+        for model in models.iter().copied() {
             payloads.push(match &phase.replay {
                 Some(folder) => Payload::replay(model, &dir.join(folder))?,
                 None => {
@@ -169,7 +180,20 @@ async fn run_phases(
             tokio::time::sleep(Duration::from_millis(1500)).await;
         }
         let plan = LoadPlan {
-            callers: phase.callers.iter().flat_map(CallerGroup::expand).collect(),
+            callers: phase
+                .callers
+                .iter()
+                .flat_map(|group| {
+                    let own: Vec<usize> = match &group.model {
+                        Some(m) => models.iter().position(|x| *x == m).into_iter().collect(),
+                        None => (0..rotation.len()).collect(),
+                    };
+                    group.expand().into_iter().map(move |mut c| {
+                        c.models = own.clone();
+                        c
+                    })
+                })
+                .collect(),
             warmup: bounds.warmup,
             duration: bounds.duration,
             requests: bounds.requests,

@@ -173,6 +173,9 @@ pub struct CallerGroup {
     /// Open loop: requests per second per caller.
     #[serde(default)]
     pub rate: Option<f64>,
+    /// The model these callers ask for, instead of the phase's `model` and `more_models`.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// Something done to the pod during the load, once (`at`) or repeatedly (`every`, routes edits only): a routes
@@ -481,6 +484,7 @@ impl CallerGroup {
                     self.name.clone()
                 },
                 pace,
+                models: Vec::new(),
             })
             .collect()
     }
