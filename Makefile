@@ -18,7 +18,7 @@ export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
 export INFERGATE_ZOO_CACHE := $(CACHE)/zoo
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run stop image test deps venv zoo build build-release build-bench lint test-rust test-python test-load soak bench clean supply-chain fuzz-smoke fuzz
+.PHONY: help run stop image test deps venv zoo build build-release build-pod build-bench lint test-rust test-python test-load soak bench clean supply-chain fuzz-smoke fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ help: ## list the targets
 # `make run` records its processes here; `make stop` reads it. One per machine, as the ports are fixed.
 RUN_PIDS ?= $(CACHE)/run-local.pids
 
-run: deps build-release ## start the backend and the gateway on deploy/local (the example)
+run: deps build-pod ## start the backend and the gateway on deploy/local (the example)
 	scripts/run-local.sh "$(TARGET_DIR)/release" "$(RUN_PIDS)"
 
 stop: ## stop what `make run` started (from another terminal): the gateway drains, then the backend stops
@@ -52,6 +52,9 @@ build: ## debug build of every crate and binary
 
 build-release: ## optimised binaries
 	$(CARGO) build --workspace --release --bins
+
+build-pod: ## optimised binaries of the pod's two processes only (what `make run` needs)
+	$(CARGO) build --release -p infergate-gateway -p infergate-backend --bins
 
 lint: ## rustfmt and clippy, warnings are errors
 	@echo "==> cargo fmt --check"
