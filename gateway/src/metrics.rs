@@ -637,9 +637,14 @@ mod tests {
         ] {
             assert!(text.contains(&line), "missing {line} in:\n{text}");
         }
+        // The eight label sets counted above, and the error series registered at zero, three of which
+        // (upstream_error 503, upstream_error gRPC 14, timeout 504) are among the eight: each exactly once.
+        assert!(text.contains(&series(
+            r#"outcome="bad_gateway",status_class="5xx",response_code="502"} 0"#
+        )));
         assert_eq!(
             text.matches("infergate_gateway_requests_total{").count(),
-            8,
+            8 + ERROR_SERIES.len() - 3,
             "one series per label set:\n{text}"
         );
     }
