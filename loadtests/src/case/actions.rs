@@ -1,6 +1,7 @@
 //! The actions of a phase, run beside its load at their times: routes edits, a backend killed or restarted,
-//! the pod terminated, its model repository edited or taken away. Each leaves a log entry (when it ran, how long it took, how many requests were in
-//! flight at that instant, and its error if it failed) that the invariants judge the load against.
+//! the pod terminated, its model repository edited or taken away. Each leaves a log entry (when it ran, how
+//! long it took, how many requests were in flight at that instant, and its error if it failed) that the
+//! invariants judge the load against.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -124,11 +124,18 @@ impl Repository {
         }
     }
 
-    /// Looks at the repository folders and remembers which could not be read, logging each change.
+    /// Looks at the repository folders and remembers which could not be read.
     fn scan(&self) -> scan::Folders {
         let folders = scan::model_folders(&self.opts.roots);
+        self.note_unreadable(&folders.unreadable);
+        folders
+    }
+
+    /// Remembers which repository folders cannot be read now, logging each one that stops or starts being
+    /// readable.
+    fn note_unreadable(&self, now: &BTreeMap<PathBuf, String>) {
         let mut unreadable = lock_err(self.unreadable.lock());
-        for (root, reason) in &folders.unreadable {
+        for (root, reason) in now {
             if !unreadable.contains_key(root) {
                 tracing::error!(
                     root = %root.display(), %reason,
@@ -137,21 +144,31 @@ impl Repository {
             }
         }
         for root in unreadable.keys() {
-            if !folders.unreadable.contains_key(root) {
+            if !now.contains_key(root) {
                 tracing::info!(root = %root.display(), "the model repository can be read again");
             }
         }
-        *unreadable = folders.unreadable.clone();
-        folders
+        unreadable.clone_from(now);
     }
 
-    /// Every repository folder with whether it can be read now.
+    /// Every repository folder with whether it can be listed now. Opens each folder only (a scrape need not
+    /// look at every model folder in it).
     pub fn root_readability(&self) -> Vec<(PathBuf, bool)> {
-        let unreadable = self.scan().unreadable;
+        let now: BTreeMap<PathBuf, String> = self
+            .opts
+            .roots
+            .iter()
+            .filter_map(|root| {
+                std::fs::read_dir(root)
+                    .err()
+                    .map(|e| (root.clone(), e.to_string()))
+            })
+            .collect();
+        self.note_unreadable(&now);
         self.opts
             .roots
             .iter()
-            .map(|r| (r.clone(), !unreadable.contains_key(r)))
+            .map(|r| (r.clone(), !now.contains_key(r)))
             .collect()
     }
 
