@@ -110,6 +110,16 @@ impl Session {
         }
     }
 
+    /// Why this session cannot run any more because its GPU device was lost (`None` while it can, and
+    /// always for the CPU executor). A lost session never recovers: create a new one, which takes a new
+    /// device once the adapter is back.
+    pub fn device_lost(&self) -> Option<String> {
+        match &self.executor {
+            Executor::Cpu(_) => None,
+            Executor::Wgpu(gpu) => gpu.device_lost(),
+        }
+    }
+
     fn name_outputs(&self, outputs: Vec<Tensor>) -> Vec<(String, Tensor)> {
         self.model
             .signature()

@@ -10,6 +10,7 @@ use infergate_protocol::{
 };
 use tokio::sync::Notify;
 
+use crate::repository::device_recovery::{self, DeviceWatch};
 use crate::repository::{ControlMode, Repository, RepositoryOptions, watch};
 
 /// Server-wide settings of the core.
@@ -50,6 +51,7 @@ struct Inner {
     in_flight: AtomicUsize,
     idle: Notify,
     watch: Mutex<Option<watch::WatchHandle>>,
+    device_watch: Mutex<Option<DeviceWatch>>,
     server_started: Instant,
 }
 
@@ -87,14 +89,15 @@ impl ServerCore {
                 in_flight: AtomicUsize::new(0),
                 idle: Notify::new(),
                 watch: Mutex::new(None),
+                device_watch: Mutex::new(None),
                 server_started: Instant::now(),
             }),
         }
     }
 
-    /// Loads the start-up models (per the control mode) and, in poll mode, starts following the
-    /// repository. Models that fail are reported in the index; the error is only for a watch that
-    /// cannot start.
+    /// Loads the start-up models (per the control mode), starts rebuilding versions whose GPU device is
+    /// lost, and, in poll mode, starts following the repository. Models that fail are reported in the
+    /// index; the error is only for a watch that cannot start.
     pub async fn start(&self) -> Result<(), String> {
         let t = Instant::now();
         self.inner.repo.load_startup().await;
@@ -102,6 +105,8 @@ impl ServerCore {
             let handle = watch::watch(self.inner.repo.clone(), self.inner.options.poll_debounce)?;
             *self.inner.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         }
+        *self.inner.device_watch.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(device_recovery::watch_devices(self.inner.repo.clone()));
         self.inner.started.store(true, Ordering::Release);
         tracing::info!(
             ms = t.elapsed().as_millis() as u64,
@@ -125,6 +130,11 @@ impl ServerCore {
     pub fn begin_shutdown(&self) {
         self.inner.shutting_down.store(true, Ordering::Release);
         self.inner.watch.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.inner
+            .device_watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
     }
 
     /// Inference requests in the server now.
@@ -202,7 +212,10 @@ impl InferenceService for ServerCore {
     }
 
     fn model_ready(&self, name: &str, version: Option<u64>) -> bool {
-        self.inner.repo.get(name, version).is_ok()
+        self.inner
+            .repo
+            .get(name, version)
+            .is_ok_and(|lv| lv.device_lost().is_none())
     }
 
     fn model_metadata(&self, name: &str, version: Option<u64>) -> Result<ModelMetadata, ServeError> {

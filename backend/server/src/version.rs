@@ -5,7 +5,7 @@
 //! version removed from the serving set keeps answering the requests it already took and frees its
 //! sessions (and GPU memory) when the last of them finishes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -133,8 +133,17 @@ pub struct LoadedVersion {
     output_names: Vec<String>,
     sessions: Vec<Arc<Session>>,
     instance_kinds: Vec<&'static str>,
+    /// What the version was built from, kept to rebuild its instances on a new GPU device.
+    read: Arc<ReadVersion>,
+}
+
+/// A version's files once read: the parsed model and what must live as long as any build of it.
+struct ReadVersion {
+    model: Arc<Model>,
+    /// The model folder (warmup samples are read from it).
+    model_dir: PathBuf,
     _files: Option<Arc<dyn Send + Sync>>,
-    /// Released when the version is dropped, once it has drained.
+    /// Released when the last build of the version is dropped, once it has drained.
     _memory: Reservation,
 }
 
@@ -206,10 +215,56 @@ impl LoadedVersion {
         };
         tracing::info!(model = %name, version, ms = started.elapsed().as_millis() as u64, "model parsed and optimised");
         check_signature(&spec, model.signature()).map_err(LoadFailure::of(LoadFailureKind::Config))?;
+        let read = Arc::new(ReadVersion {
+            model,
+            model_dir: model_dir.to_path_buf(),
+            _files: files,
+            _memory: memory,
+        });
+        Self::build(
+            spec,
+            config_json,
+            version,
+            read,
+            Arc::new(VersionStats::default()),
+            options,
+            started,
+        )
+        .await
+    }
+
+    /// The same version with new instances (new sessions, so a new GPU device once the lost one is back),
+    /// built from the model already read, under the same memory reservation and with the same statistics.
+    /// The caller puts it in this one's place.
+    pub async fn rebuild(&self, options: &LoadOptions) -> Result<LoadedVersion, LoadFailure> {
+        Self::build(
+            self.spec.clone(),
+            self.config_json.clone(),
+            self.version,
+            self.read.clone(),
+            self.stats.clone(),
+            options,
+            Instant::now(),
+        )
+        .await
+    }
+
+    /// Instances, warmup and batcher over a read version.
+    async fn build(
+        spec: Arc<ModelSpec>,
+        config_json: Arc<serde_json::Value>,
+        version: u64,
+        read: Arc<ReadVersion>,
+        stats: Arc<VersionStats>,
+        options: &LoadOptions,
+        started: Instant,
+    ) -> Result<LoadedVersion, LoadFailure> {
+        let name = spec.name.clone();
+        let model = &read.model;
+        let model_dir = read.model_dir.as_path();
         let input_names: Vec<String> = model.signature().inputs.iter().map(|s| s.name.clone()).collect();
         let output_names: Vec<String> = model.signature().outputs.iter().map(|s| s.name.clone()).collect();
 
-        let stats = Arc::new(VersionStats::default());
         let names: Arc<[String]> = input_names.clone().into();
         let mut instances = Vec::new();
         let mut sessions = Vec::new();
@@ -276,9 +331,14 @@ impl LoadedVersion {
             output_names,
             sessions,
             instance_kinds,
-            _files: files,
-            _memory: memory,
+            read,
         })
+    }
+
+    /// Why the version cannot run any more because an instance's GPU device was lost; `None` while every
+    /// instance can. The server then rebuilds the version ([`LoadedVersion::rebuild`]).
+    pub fn device_lost(&self) -> Option<String> {
+        self.sessions.iter().find_map(|s| s.device_lost())
     }
 
     /// The version left the serving set: queued requests run now, without waiting for batches to fill.
@@ -344,6 +404,15 @@ impl LoadedVersion {
             start,
             armed: true,
         };
+        if let Some(why) = self.device_lost() {
+            // Fail fast: queued, the request would wait for a batch only to fail on the lost device.
+            guard.armed = false;
+            self.stats.record_failure(FailureReason::Backend, start.elapsed());
+            return Err(ServeError::unavailable(format!(
+                "model '{}' version {}: {why}; the server rebuilds the version once the device is back",
+                self.name, self.version
+            )));
+        }
         let prepared = match self.prepare(&request) {
             Ok(p) => p,
             Err(e) => {

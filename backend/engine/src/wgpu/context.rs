@@ -10,6 +10,7 @@ use std::thread;
 
 use super::adapter::{self, AdapterRequest};
 use super::error::{GpuError, GpuErrorKind, GpuResult};
+use super::fault;
 use super::memory;
 use super::template::KernelSource;
 
@@ -28,6 +29,14 @@ pub(crate) struct GpuDevice {
 impl GpuDevice {
     /// `Err(DeviceLost)` once the device has been lost.
     pub(crate) fn check_alive(&self) -> GpuResult<()> {
+        if let Some(switch) = fault::device_pulled() {
+            self.device.destroy();
+            self.mark_lost(&format!(
+                "destroyed because {} exists ({})",
+                switch.display(),
+                fault::FAULT_GPU_LOST
+            ));
+        }
         match self.lost.lock().map(|g| g.clone()) {
             Ok(None) => Ok(()),
             Ok(Some(why)) => Err(lost_error(&self.info, &why)),
@@ -66,7 +75,7 @@ impl GpuDevice {
 
 fn lost_error(info: &wgpu::AdapterInfo, why: &str) -> GpuError {
     GpuError::lost(format!(
-        "the wgpu device '{}' was lost ({why}); requests fail until the model is reloaded",
+        "the wgpu device '{}' was lost ({why}); requests fail until the model is rebuilt on a new device",
         info.name
     ))
 }
@@ -107,6 +116,13 @@ pub(crate) struct GpuContext {
 impl GpuContext {
     /// Creates a device on the adapter `request` selects, with the adapter's real limits.
     pub(crate) fn create(request: &AdapterRequest) -> GpuResult<Arc<Self>> {
+        if let Some(switch) = fault::device_pulled() {
+            return Err(GpuError::lost(format!(
+                "no wgpu device while {} exists ({}); remove the file to give the device back",
+                switch.display(),
+                fault::FAULT_GPU_LOST
+            )));
+        }
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
         desc.backends = request.backends()?;
         let instance = wgpu::Instance::new(desc);

@@ -128,6 +128,11 @@ impl WgpuExecutor {
     pub(crate) fn device_memory_bytes(&self) -> u64 {
         self.plans.sum(Plan::device_bytes)
     }
+
+    /// Why the session's device is gone, once it is.
+    pub(crate) fn device_lost(&self) -> Option<String> {
+        self.ctx.dev.check_alive().err().map(|e| e.message)
+    }
 }
 
 /// The inputs the plan uploads (those not folded into it as host-input constants), as host tensors.

@@ -9,6 +9,7 @@ mod dtype;
 pub(crate) mod error;
 mod executor;
 pub(crate) mod expr;
+mod fault;
 pub(crate) mod kernels;
 mod memory;
 pub(crate) mod plan;

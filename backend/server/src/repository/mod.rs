@@ -14,6 +14,7 @@
 //!   load, the versions that loaded serve and the others are reported.
 //! - Loads and unloads of one model are serialised; different models load concurrently.
 
+pub mod device_recovery;
 pub mod scan;
 pub mod watch;
 
@@ -60,6 +61,13 @@ pub struct RepositoryOptions {
 }
 
 type Serving = BTreeMap<u64, Arc<LoadedVersion>>;
+
+impl ModelEntry {
+    /// Whether a serving version can run now (one on a lost GPU device cannot until it is rebuilt).
+    fn can_run(&self) -> bool {
+        self.serving.values().any(|lv| lv.device_lost().is_none())
+    }
+}
 
 #[derive(Default)]
 struct ModelEntry {
@@ -436,9 +444,11 @@ impl Repository {
         let mut plan = Vec::new();
         for &v in &selected {
             let print = scan::tree_fingerprint(&model_dir.join(v.to_string()));
+            // A version on a lost GPU device is never reused: reloading is how it gets a new one.
             let reuse = (!from_request && old_hash == config_hash && old_prints.get(&v) == Some(&print))
                 .then(|| old.get(&v).cloned())
-                .flatten();
+                .flatten()
+                .filter(|lv| lv.device_lost().is_none());
             plan.push((v, print, reuse));
         }
         {
@@ -603,19 +613,20 @@ impl Repository {
         lock_err(self.models.read()).contains_key(name)
     }
 
-    /// True when every model that should serve has at least one serving version.
+    /// True when every model that should serve has at least one serving version that can run (not on a
+    /// lost GPU device).
     pub fn all_wanted_serving(&self) -> bool {
         lock_err(self.models.read())
             .values()
-            .all(|e| !e.wanted || !e.serving.is_empty())
+            .all(|e| !e.wanted || e.can_run())
     }
 
-    /// Every model that should serve, by name, with whether it has a serving version now.
+    /// Every model that should serve, by name, with whether it has a serving version that can run now.
     pub fn wanted_readiness(&self) -> Vec<(String, bool)> {
         lock_err(self.models.read())
             .iter()
             .filter(|(_, e)| e.wanted)
-            .map(|(name, e)| (name.clone(), !e.serving.is_empty()))
+            .map(|(name, e)| (name.clone(), e.can_run()))
             .collect()
     }
 
@@ -662,6 +673,12 @@ impl Repository {
                 let mut reason = reason.clone();
                 if state == ModelState::Unavailable && draining.contains(v) {
                     state = ModelState::Unloading;
+                }
+                if state == ModelState::Ready
+                    && let Some(why) = e.serving.get(v).and_then(|lv| lv.device_lost())
+                {
+                    state = ModelState::Unavailable;
+                    reason = format!("{why}; rebuilt once the device is back");
                 }
                 if state == ModelState::Ready
                     && let Some(r) = &e.model_reason

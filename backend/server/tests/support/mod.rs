@@ -185,10 +185,16 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts the binary with `args` after the port flags and waits until REST answers `/v2/health/live`.
+    /// Starts the binary with `args` after the port flags and waits until REST answers `/v2/health/ready`.
     pub async fn start(args: &[&str]) -> Server {
+        Self::start_with_env(args, &[]).await
+    }
+
+    /// [`Server::start`] with environment variables added to the process's own.
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &std::path::Path)]) -> Server {
         let (h, g, m) = (free_port(), free_port(), free_port());
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_infergate-backend"))
+            .envs(env.iter().copied())
             .args([
                 "--http-address=127.0.0.1",
                 "--grpc-address=127.0.0.1",
