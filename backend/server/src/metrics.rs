@@ -245,8 +245,8 @@ pub fn render(versions: &[Arc<LoadedVersion>]) -> String {
 static HOST_CPU: LazyLock<HostCpu> = LazyLock::new(HostCpu::new);
 
 /// Appends `infergate_backend_ready` (the server's readiness, as `/v2/health/ready` answers) and
-/// `infergate_model_ready{model}` for every model that should serve (0 while it has no serving version:
-/// loading, or failed to load).
+/// `infergate_model_ready{model}` for every model that should serve (0 while it has no serving version that
+/// can run: loading, failed to load, or on a lost GPU device).
 pub fn render_readiness(out: &mut String, server_ready: bool, models: &[(String, bool)]) {
     family(
         out,
@@ -259,7 +259,7 @@ pub fn render_readiness(out: &mut String, server_ready: bool, models: &[(String,
         out,
         "infergate_model_ready",
         "gauge",
-        "1 when a model that should serve has a serving version, 0 while it loads or after it failed",
+        "1 when a model that should serve has a serving version, 0 while it loads, after it failed, or while its GPU device is lost",
     );
     for (name, ready) in models {
         let _ = writeln!(

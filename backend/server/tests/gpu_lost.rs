@@ -67,6 +67,9 @@ async fn a_lost_gpu_fails_fast_and_serves_again_when_it_is_back_while_cpu_models
         200,
         "strict readiness: a model that should serve cannot"
     );
+    let m = metrics(&server).await;
+    assert!(m.contains("infergate_model_ready{model=\"on_gpu\"} 0"), "{m}");
+    assert!(m.contains("infergate_model_ready{model=\"on_cpu\"} 1"), "{m}");
     let (_, index) = status_of(&server, "POST", "/v2/repository/index", "{}").await;
     assert!(index.contains("UNAVAILABLE") && index.contains("lost"), "{index}");
 
