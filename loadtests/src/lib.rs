@@ -5,6 +5,7 @@
 
 pub mod case;
 pub mod client;
+pub mod deployment;
 pub mod fault_proxy;
 pub mod load;
 pub mod payload;
@@ -15,6 +16,7 @@ pub mod prom;
 pub mod record;
 pub mod report;
 pub mod repository_edit;
+pub mod service;
 pub mod soak;
 pub mod target;
 pub mod tls;

@@ -105,6 +105,8 @@ pub struct PodSpec {
     pub routes: Option<PathBuf>,
     /// Gateway data workers.
     pub gateway_workers: Option<u16>,
+    /// Extra gateway flags (for example `--drain-delay=5s`).
+    pub gateway_args: Vec<String>,
     /// Sick upstreams to put beside the backends.
     pub proxies: Vec<ProxySpec>,
 }
@@ -274,7 +276,7 @@ impl Pod {
             if !exe.is_file() {
                 return Err(PodError::Missing(exe));
             }
-            pod.start_gateway(&exe, routes, spec.gateway_workers, work)
+            pod.start_gateway(&exe, routes, spec.gateway_workers, &spec.gateway_args, work)
                 .await?;
         }
         Ok(pod)
@@ -288,6 +290,7 @@ impl Pod {
         exe: &Path,
         routes: &Path,
         workers: Option<u16>,
+        args: &[String],
         work: &Path,
     ) -> Result<(), PodError> {
         let log = work.join("gateway.log");
@@ -300,6 +303,7 @@ impl Pod {
             if let Some(w) = workers {
                 cmd.args(["--workers", &w.to_string()]);
             }
+            cmd.args(args);
             let child = cmd
                 .stdin(Stdio::null())
                 .stdout(out)
@@ -370,7 +374,7 @@ impl Pod {
     }
 
     /// Stops the processes (SIGKILL through `kill_on_drop` if they are still running) and waits for them.
-    pub async fn stop(self) {
+    pub async fn stop(&self) {
         let mut procs = self.control.inner.lock().await;
         let Procs {
             backends, gateway, ..
@@ -511,17 +515,53 @@ impl PodControl {
         for (_, child) in &running {
             send_sigterm(child).await;
         }
+        let deadline = Instant::now() + Duration::from_secs(60);
         for (process, child) in running {
-            let code = match tokio::time::timeout(Duration::from_secs(60), child.wait()).await {
-                Ok(Ok(status)) => status.code(),
-                _ => {
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
-                    None
-                }
-            };
-            exits.push((process, code));
+            exits.push((process, exit_by(child, deadline).await));
         }
+    }
+
+    /// Stops the pod as the kubelet stops a pod of `deploy/k8s/base/deployment.yaml`: SIGTERM to the gateway
+    /// at once, and to each backend once its `preStop` hook (a sleep of `prestop_hold`) has run, so the
+    /// backend serves whatever the draining gateway still forwards; SIGKILL for whatever still runs
+    /// `grace_period` (`terminationGracePeriodSeconds`) after the start. Waits for every process; their exit
+    /// codes are kept for [`PodControl::exits`].
+    pub async fn terminate_like_kubelet(&self, prestop_hold: Duration, grace_period: Duration) {
+        let deadline = Instant::now() + grace_period;
+        let mut procs = self.inner.lock().await;
+        let Procs {
+            backends,
+            gateway,
+            exits,
+        } = &mut *procs;
+        if let Some(child) = gateway.as_ref() {
+            send_sigterm(child).await;
+        }
+        let gateway_exit = async {
+            match gateway.as_mut() {
+                Some(child) => vec![(Process::Gateway, exit_by(child, deadline).await)],
+                None => Vec::new(),
+            }
+        };
+        let backend_exits = async {
+            tokio::time::sleep_until(deadline.min(Instant::now() + prestop_hold)).await;
+            let mut running: Vec<(Process, &mut Child)> = backends
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(n, (c, _))| c.as_mut().map(|c| (Process::Backend(n), c)))
+                .collect();
+            for (_, child) in &running {
+                send_sigterm(child).await;
+            }
+            let mut out = Vec::new();
+            for (process, child) in &mut running {
+                out.push((*process, exit_by(child, deadline).await));
+            }
+            out
+        };
+        let (g, b) = tokio::join!(gateway_exit, backend_exits);
+        exits.extend(g);
+        exits.extend(b);
     }
 
     /// How each process ended in [`PodControl::terminate_all`]: its exit code, `None` when killed.
@@ -538,6 +578,18 @@ async fn send_sigterm(child: &Child) {
             .stdin(Stdio::null())
             .status()
             .await;
+    }
+}
+
+/// The exit code of a child that was sent SIGTERM, waiting until `deadline`; then SIGKILL, and `None`.
+async fn exit_by(child: &mut Child, deadline: Instant) -> Option<i32> {
+    match tokio::time::timeout_at(deadline, child.wait()).await {
+        Ok(Ok(status)) => status.code(),
+        _ => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            None
+        }
     }
 }
 

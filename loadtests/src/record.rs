@@ -185,6 +185,28 @@ impl Recorder {
         &self.failures
     }
 
+    /// Requests that completed from `from` to `to` (since the measured start), counted by whole timeline
+    /// intervals: those that start at or after `from` and before `to`.
+    pub fn window(&self, from: Duration, to: Duration) -> Window {
+        let mut w = Window::default();
+        let mut h = histogram();
+        for (i, b) in self.timeline.iter().enumerate() {
+            let start = self.interval.as_nanos() * i as u128;
+            if start < from.as_nanos() || start >= to.as_nanos() {
+                continue;
+            }
+            w.requests += b.ok + b.errors;
+            w.failed += b.errors;
+            if let Some(l) = &b.latency {
+                let _ = h.add(l);
+            }
+        }
+        if !h.is_empty() {
+            w.p99_ms = h.value_at_quantile(0.99) as f64 / 1000.0;
+        }
+        w
+    }
+
     /// The figures of this recorder over a measured time of `elapsed`.
     pub fn summary(&self, elapsed: Duration) -> Summary {
         let errors: u64 = self.errors.values().sum();
@@ -255,6 +277,17 @@ impl Recorder {
                 .collect(),
         }
     }
+}
+
+/// What a part of the run measured ([`Recorder::window`]).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Window {
+    /// Requests that completed in it.
+    pub requests: u64,
+    /// Of which failed.
+    pub failed: u64,
+    /// 99th percentile of the answered ones (ms; 0 when none).
+    pub p99_ms: f64,
 }
 
 /// Latency percentiles in milliseconds.
@@ -370,5 +403,9 @@ mod tests {
         assert_eq!(s.timeline.len(), 2);
         assert_eq!(s.timeline[1].errors, 1);
         assert!((s.version_last_seen_s["2"] - 1.0).abs() < 1e-9);
+        let first = r.window(Duration::ZERO, Duration::from_secs(1));
+        assert_eq!((first.requests, first.failed), (99, 0));
+        let second = r.window(Duration::from_secs(1), Duration::from_secs(2));
+        assert_eq!((second.requests, second.failed), (2, 1));
     }
 }

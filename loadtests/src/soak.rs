@@ -215,6 +215,7 @@ pub async fn run(opts: &SoakOptions) -> anyhow::Result<SoakResult> {
         backends: 2,
         routes: Some(routes.clone()),
         gateway_workers: None,
+        gateway_args: Vec::new(),
         proxies: Vec::new(),
     };
     let pod = Pod::start(&spec, &opts.bin_dir, &opts.out_dir)

@@ -1,5 +1,5 @@
 //! The actions of a phase, run beside its load at their times: routes edits, a backend killed or restarted,
-//! the pod terminated, its model repository edited or taken away. Each leaves a log entry (when it ran, how
+//! the pod terminated, its model repository edited or taken away, a Deployment's pods replaced one by one. Each leaves a log entry (when it ran, how
 //! long it took, how many requests were in flight at that instant, and its error if it failed) that the
 //! invariants judge the load against.
 
@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::spec::{ActionKind, ActionSpec};
+use crate::deployment::Deployment;
 use crate::pod::{PodControl, RoutesWriter};
 
 /// One action as it ran.
@@ -24,7 +25,8 @@ pub struct ActionLog {
     pub kind: ActionKind,
     /// When it started, since the measured start.
     pub at: Duration,
-    /// When it was done (a restart waits until the backend is ready).
+    /// When it was done (a restart waits until the backend is ready; a rolling restart until the old pods
+    /// have exited).
     pub done: Duration,
     /// Requests in flight when it started.
     pub in_flight: u64,
@@ -80,6 +82,8 @@ pub struct Hands {
     pub routes: RoutesWriter,
     /// The load's requests in flight.
     pub in_flight: Arc<AtomicU64>,
+    /// The pods behind the Service, in a case with `pod.deployment`.
+    pub deployment: Option<Arc<Deployment>>,
 }
 
 /// Runs the schedule in order. Once `stop` turns true no further action starts (one under way finishes);
@@ -137,6 +141,10 @@ async fn run_one(kind: &ActionKind, hands: &Hands) -> Result<(), String> {
             .pod
             .set_repository_readable(*readable)
             .map_err(|e| e.to_string()),
+        ActionKind::RollingRestart => match &hands.deployment {
+            Some(d) => d.rolling_restart().await.map_err(|e| e.to_string()),
+            None => Err("rolling_restart needs pod.deployment".into()),
+        },
     }
 }
 

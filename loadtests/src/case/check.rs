@@ -31,8 +31,10 @@ pub struct Facts<'a> {
     pub metrics_after: BTreeMap<String, f64>,
     /// The gateway's `/config/errors` after the phase.
     pub config_errors: Option<String>,
-    /// How the processes ended, if the pod was terminated.
-    pub exits: Vec<(Process, Option<i32>)>,
+    /// How the processes ended, if the pod was terminated (`gateway`, `backend 1`, `pod-0 gateway`).
+    pub exits: Vec<(String, Option<i32>)>,
+    /// The pods behind the Service at the end of the phase, in a case with `pod.deployment`.
+    pub replicas: Vec<ReplicaFacts>,
     /// Per process name (`gateway`, `backend-N`), at the measured start.
     pub resources_before: BTreeMap<String, ProcStats>,
     /// At the end of the phase.
@@ -41,6 +43,17 @@ pub struct Facts<'a> {
     pub earlier: &'a BTreeMap<String, (RunResult, Duration)>,
     /// A `--smoke` run: timings are reported, not judged.
     pub smoke: bool,
+}
+
+/// One pod of a Deployment at the end of a phase.
+#[derive(Debug, Clone)]
+pub struct ReplicaFacts {
+    /// `pod-N`.
+    pub name: String,
+    /// Whether it was started during the phase.
+    pub started_in_phase: bool,
+    /// Requests its gateway counted (`infergate_gateway_requests_total`), if it could be read.
+    pub requests: Option<f64>,
 }
 
 impl Facts<'_> {
@@ -396,6 +409,33 @@ pub fn check(inv: &Invariant, facts: &Facts<'_>, figures: &mut BTreeMap<String, 
             },
             !facts.exits.is_empty() && facts.exits.iter().all(|(_, c)| *c == Some(0)),
         ),
+        Invariant::ReplicasAnswered { min_replicas } => {
+            let answered = facts
+                .replicas
+                .iter()
+                .filter(|r| r.requests.is_some_and(|n| n > 0.0))
+                .count();
+            let all_new = facts.replicas.iter().all(|r| r.started_in_phase);
+            verdict(
+                format!(
+                    "every pod behind the Service at the end was started in this phase; at least {min_replicas} answered"
+                ),
+                facts
+                    .replicas
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} ({}): {} requests",
+                            r.name,
+                            if r.started_in_phase { "new" } else { "old" },
+                            r.requests.map_or("unreadable".into(), |n| n.to_string())
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                !facts.replicas.is_empty() && all_new && answered >= *min_replicas,
+            )
+        }
         Invariant::ResourcesFlat {
             process,
             max_rss_growth_mib,

@@ -19,9 +19,13 @@ use anyhow::Context;
 use serde::Serialize;
 use tokio::time::Instant;
 
-pub use spec::{ActionKind, ActionSpec, At, CallerGroup, Case, Compare, Invariant, Phase, Side, SmokeBounds};
+pub use spec::{
+    ActionKind, ActionSpec, At, CallerGroup, Case, Compare, DeploymentFile, Invariant, Phase, Side,
+    SmokeBounds,
+};
 
 use crate::client::{Client, Protocol};
+use crate::deployment::{Deployment, Lifecycle};
 use crate::load::{self, LoadPlan, RunResult};
 use crate::payload::Payload;
 use crate::plot;
@@ -31,7 +35,7 @@ use crate::prom;
 use crate::record::Summary;
 use crate::report::Report;
 use crate::target::Target;
-use check::{Facts, metric_key, parse_process, select};
+use check::{Facts, ReplicaFacts, metric_key, parse_process, select};
 
 /// How a case runs.
 #[derive(Debug, Clone)]
@@ -108,6 +112,7 @@ pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
         backend_args: case.pod.backend_args.clone(),
         routes: case.pod.routes.as_ref().map(|r| dir.join(r)),
         gateway_workers: case.pod.gateway_workers,
+        gateway_args: case.pod.gateway_args.clone(),
         backends: case.pod.backends,
         proxies: case
             .pod
@@ -119,11 +124,37 @@ pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
             })
             .collect(),
     };
-    let pod = Pod::start(&spec, &opts.bin_dir, &out)
-        .await
-        .with_context(|| format!("case {name}: starting the pod"))?;
-    let result = run_phases(&case, dir, &name, &pod, &out, opts).await;
+    let (pod, deployment) = match &case.pod.deployment {
+        None => {
+            let pod = Pod::start(&spec, &opts.bin_dir, &out)
+                .await
+                .with_context(|| format!("case {name}: starting the pod"))?;
+            (Arc::new(pod), None)
+        }
+        Some(d) => {
+            let (lifecycle, drain_delay) = lifecycle(d, opts.smoke);
+            let mut template = spec;
+            template
+                .gateway_args
+                .push(format!("--drain-delay={}ms", drain_delay.as_millis()));
+            let deployment = Deployment::start(template, &opts.bin_dir, &out, lifecycle)
+                .await
+                .with_context(|| format!("case {name}: starting the deployment"))?;
+            // The first pod stands for "the pod" where one is needed; the case's checks refuse what reads one pod.
+            let first = deployment
+                .current()
+                .await
+                .first()
+                .map(|r| r.pod.clone())
+                .context("the deployment started no pod")?;
+            (first, Some(deployment))
+        }
+    };
+    let result = run_phases(&case, dir, &name, &pod, deployment.as_ref(), &out, opts).await;
     pod.stop().await;
+    if let Some(d) = &deployment {
+        d.stop().await;
+    }
     let result = result?;
     std::fs::write(
         out.join("case.json"),
@@ -133,11 +164,28 @@ pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
     Ok(result)
 }
 
+/// A Deployment's pod lifecycle for a full or smoke run, and the gateway's drain delay.
+fn lifecycle(d: &DeploymentFile, smoke: bool) -> (Lifecycle, Duration) {
+    let short = d.smoke.as_ref().filter(|_| smoke);
+    let drain_delay = short.and_then(|s| s.drain_delay).unwrap_or(d.drain_delay).0;
+    let prestop_hold = short.and_then(|s| s.prestop_hold).unwrap_or(d.prestop_hold).0;
+    let lifecycle = Lifecycle {
+        replicas: d.replicas,
+        endpoint_delay: d.endpoint_delay.0,
+        prestop_hold,
+        grace_period: d.grace_period.0,
+        probe_period: Duration::from_millis(100),
+        startup_limit: Duration::from_secs(120),
+    };
+    (lifecycle, drain_delay)
+}
+
 async fn run_phases(
     case: &Case,
     dir: &Path,
     name: &str,
     pod: &Pod,
+    deployment: Option<&Arc<Deployment>>,
     out: &Path,
     opts: &RunOptions,
 ) -> anyhow::Result<CaseResult> {
@@ -148,6 +196,13 @@ async fn run_phases(
     for phase in &case.phases {
         let bounds = phase.bounds(opts.smoke);
         let target = match (phase.target, phase.protocol) {
+            (Side::Service, _) => match deployment {
+                Some(d) => d.service(),
+                None => anyhow::bail!(
+                    "phase '{}' targets the service, but the case has no pod.deployment",
+                    phase.name
+                ),
+            },
             (Side::Gateway, _) => pod.gateway(),
             (Side::Backend, Protocol::Grpc) => pod.backend_grpc(),
             (Side::Backend, _) => pod.backend_http(),
@@ -201,6 +256,10 @@ async fn run_phases(
             max_in_flight: 4096,
         };
         let metrics_before = read_metrics(&phase.invariants, pod).await;
+        if let Some(d) = deployment {
+            // What happened before this phase (the pods' start, an earlier phase) is not this phase's.
+            d.take_events();
+        }
         let start = Instant::now() + Duration::from_millis(20);
         let measure_start = start + plan.warmup;
         let in_flight = Arc::new(AtomicU64::new(0));
@@ -212,6 +271,7 @@ async fn run_phases(
                 pod: pod.control(),
                 routes: pod.routes_writer(),
                 in_flight: in_flight.clone(),
+                deployment: deployment.cloned(),
             },
             stop_rx,
         );
@@ -226,6 +286,19 @@ async fn run_phases(
         let result = load::run_observed(client, payloads, &plan, start, opts.progress, in_flight).await;
         let _ = stop_actions.send(true);
         let action_log = action_task.await.unwrap_or_default();
+        let replicas = match deployment {
+            Some(d) => {
+                for (i, (t, what)) in d.take_events().into_iter().enumerate() {
+                    let t = t.saturating_duration_since(measure_start).as_secs_f64();
+                    figures.insert(
+                        format!("{}: deployment {i:02}", phase.name),
+                        format!("{t:.2} s: {what}"),
+                    );
+                }
+                replica_facts(d, start).await
+            }
+            None => Vec::new(),
+        };
         let resources_before = resources_task.await.unwrap_or_default();
         let resources_after = read_resources(&pod.control(), &watched).await;
         let metrics_after = read_metrics(&phase.invariants, pod).await;
@@ -272,6 +345,15 @@ async fn run_phases(
                     pass: false,
                 });
             }
+            if a.kind == ActionKind::RollingRestart {
+                rollout_figures(
+                    &mut figures,
+                    &phase.name,
+                    &label,
+                    a,
+                    &result.total(phase.interval.0),
+                );
+            }
             if let Some(n) = &a.name {
                 figures.insert(
                     format!("{}: '{n}' at", phase.name),
@@ -293,7 +375,17 @@ async fn run_phases(
             metrics_before,
             metrics_after,
             config_errors,
-            exits: pod.control().exits().await,
+            exits: match deployment {
+                Some(d) => d.exits().await,
+                None => pod
+                    .control()
+                    .exits()
+                    .await
+                    .into_iter()
+                    .map(|(p, c)| (p.to_string(), c))
+                    .collect(),
+            },
+            replicas,
             resources_before,
             resources_after,
             earlier: &runs,
@@ -336,6 +428,64 @@ async fn run_phases(
         figures,
         phases: reports,
     })
+}
+
+/// The pods behind the Service now: whether each was started after `phase_start`, and the requests its
+/// gateway counted.
+async fn replica_facts(d: &Deployment, phase_start: Instant) -> Vec<ReplicaFacts> {
+    let mut out = Vec::new();
+    for r in d.current().await {
+        let requests = prom::get(r.pod.admin(), "/metrics")
+            .await
+            .ok()
+            .map(|text| prom::sum(&text, "infergate_gateway_requests_total", &BTreeMap::new()));
+        out.push(ReplicaFacts {
+            name: r.name.clone(),
+            started_in_phase: r.started >= phase_start,
+            requests,
+        });
+    }
+    out
+}
+
+/// What the clients saw before a rolling restart and while it ran: requests, failures and p99, by when
+/// they completed.
+fn rollout_figures(
+    figures: &mut BTreeMap<String, String>,
+    phase: &str,
+    label: &str,
+    a: &actions::ActionLog,
+    all: &crate::record::Recorder,
+) {
+    let before = all.window(Duration::ZERO, a.at);
+    let during = all.window(a.at, a.done);
+    let line = |w: crate::record::Window| {
+        format!(
+            "{} requests, {} failed, p99 {:.2} ms",
+            w.requests, w.failed, w.p99_ms
+        )
+    };
+    figures.insert(
+        format!("{phase}: before '{label}' (0 → {:.2} s)", a.at.as_secs_f64()),
+        line(before),
+    );
+    figures.insert(
+        format!(
+            "{phase}: during '{label}' ({:.2} → {:.2} s)",
+            a.at.as_secs_f64(),
+            a.done.as_secs_f64()
+        ),
+        line(during),
+    );
+    let failed: Vec<String> = all
+        .failures()
+        .iter()
+        .take(20)
+        .map(|f| format!("{:.3} s ({})", f.sent.as_secs_f64(), f.kind))
+        .collect();
+    if !failed.is_empty() {
+        figures.insert(format!("{phase}: failed requests sent at"), failed.join(", "));
+    }
 }
 
 /// Where a process's metrics are: the gateway's admin port, or a backend's metrics port.

@@ -42,12 +42,55 @@ pub struct PodFiles {
     /// Gateway data workers (default: one per core).
     #[serde(default)]
     pub gateway_workers: Option<u16>,
+    /// Extra gateway flags.
+    #[serde(default)]
+    pub gateway_args: Vec<String>,
     /// Backend processes on the repository, each on its own ports (default 1): `{{backend_http_N}}`.
     #[serde(default = "one")]
     pub backends: usize,
     /// Sick upstreams beside the backends: `{{proxy_NAME}}`.
     #[serde(default)]
     pub proxies: Vec<ProxyFile>,
+    /// Replicas of this pod behind a Service (`target: service`), for the rollout drill.
+    #[serde(default)]
+    pub deployment: Option<DeploymentFile>,
+}
+
+/// The pod as a Kubernetes Deployment: replicas behind a Service, stopped as the kubelet stops them. The
+/// defaults are `deploy/k8s/base/deployment.yaml`'s.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentFile {
+    /// Pods (default 2).
+    #[serde(default = "two")]
+    pub replicas: usize,
+    /// How long a deleted pod's endpoint still takes new connections (default 1 s).
+    #[serde(default = "one_second")]
+    pub endpoint_delay: Dur,
+    /// The gateway's `--drain-delay` (default 5 s).
+    #[serde(default = "five_seconds")]
+    pub drain_delay: Dur,
+    /// The backend's `preStop` sleep before its SIGTERM (default 35 s).
+    #[serde(default = "thirty_five_seconds")]
+    pub prestop_hold: Dur,
+    /// `terminationGracePeriodSeconds` (default 70 s).
+    #[serde(default = "seventy_seconds")]
+    pub grace_period: Dur,
+    /// Shorter waits for `--smoke` runs.
+    #[serde(default)]
+    pub smoke: Option<DeploymentSmoke>,
+}
+
+/// A Deployment's waits in smoke runs (each defaults to the full run's).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSmoke {
+    /// The gateway's `--drain-delay`.
+    #[serde(default)]
+    pub drain_delay: Option<Dur>,
+    /// The backend's `preStop` sleep.
+    #[serde(default)]
+    pub prestop_hold: Option<Dur>,
 }
 
 /// A fault proxy: slow in front of a backend's REST port when `in_front_of` is set, else hung.
@@ -72,6 +115,8 @@ pub enum Side {
     Gateway,
     /// The backend directly (its REST or gRPC port, by protocol).
     Backend,
+    /// The Service in front of the Deployment's pods (`pod.deployment`).
+    Service,
 }
 
 /// One phase of load.
@@ -215,6 +260,9 @@ pub struct ActionSpec {
     /// `false` takes the pod's repository folder away (it cannot be listed); `true` puts it back.
     #[serde(default)]
     pub repository_readable: Option<bool>,
+    /// Replace every pod of the Deployment, one at a time (`kubectl rollout restart`).
+    #[serde(default)]
+    pub rolling_restart: bool,
 }
 
 /// What an action does.
@@ -232,6 +280,8 @@ pub enum ActionKind {
     Repository(PathBuf),
     /// Take the repository away (`false`) or put it back (`true`).
     RepositoryReadable(bool),
+    /// Replace the Deployment's pods one at a time.
+    RollingRestart,
 }
 
 impl ActionSpec {
@@ -256,6 +306,9 @@ impl ActionSpec {
         }
         if let Some(readable) = self.repository_readable {
             kinds.push(ActionKind::RepositoryReadable(readable));
+        }
+        if self.rolling_restart {
+            kinds.push(ActionKind::RollingRestart);
         }
         match kinds.len() {
             1 => kinds.pop(),
@@ -406,8 +459,15 @@ pub enum Invariant {
         /// Words the rejection must contain.
         contains: String,
     },
-    /// Every process of the pod exited 0 after `terminate_pod`.
+    /// Every process of the pod exited 0 after `terminate_pod` (with a Deployment: every process of every
+    /// pod deleted so far).
     CleanExit,
+    /// At the end of the phase every pod behind the Service was started during it (a rollout replaced them
+    /// all), and at least `min_replicas` of them answered requests (their gateway counts one or more).
+    ReplicasAnswered {
+        /// Fewest pods that answered.
+        min_replicas: usize,
+    },
     /// A process's resident memory, open file descriptors and threads at the end of the phase are within
     /// these bounds of their values at the measured start.
     ResourcesFlat {
@@ -466,6 +526,21 @@ fn ten_seconds() -> Dur {
 }
 fn quarter_second() -> Dur {
     Dur(Duration::from_millis(250))
+}
+fn two() -> usize {
+    2
+}
+fn one_second() -> Dur {
+    Dur(Duration::from_secs(1))
+}
+fn five_seconds() -> Dur {
+    Dur(Duration::from_secs(5))
+}
+fn thirty_five_seconds() -> Dur {
+    Dur(Duration::from_secs(35))
+}
+fn seventy_seconds() -> Dur {
+    Dur(Duration::from_secs(70))
 }
 
 impl CallerGroup {
@@ -541,6 +616,36 @@ impl Case {
             if p.target == Side::Backend && self.pod.models.is_none() {
                 problems.push(format!("{at}: targets the backend but pod.models is not set"));
             }
+            match (p.target, &self.pod.deployment) {
+                (Side::Service, None) => problems.push(format!(
+                    "{at}: targets the service but pod.deployment is not set (the Service fronts its replicas)"
+                )),
+                (Side::Gateway | Side::Backend, Some(_)) => problems.push(format!(
+                    "{at}: with pod.deployment there are several pods; target the service"
+                )),
+                _ => {}
+            }
+            if self.pod.deployment.is_some() && p.routes.is_some() {
+                problems.push(format!(
+                    "{at}: `routes` edits one pod's file; a Deployment's pods share pod.routes"
+                ));
+            }
+            for inv in &p.invariants {
+                let one_pod = matches!(
+                    inv,
+                    Invariant::Metric { .. }
+                        | Invariant::ResourcesFlat { .. }
+                        | Invariant::ConfigRejection { .. }
+                );
+                if one_pod && self.pod.deployment.is_some() {
+                    problems.push(format!(
+                        "{at}: {inv:?} reads one pod, and pod.deployment has several; leave it out"
+                    ));
+                }
+                if matches!(inv, Invariant::ReplicasAnswered { .. }) && self.pod.deployment.is_none() {
+                    problems.push(format!("{at}: replicas_answered needs pod.deployment"));
+                }
+            }
             for (mode, b) in [("full", p.bounds(false)), ("smoke", p.bounds(true))] {
                 if b.duration.is_none() && b.requests.is_none() {
                     problems.push(format!(
@@ -574,7 +679,18 @@ impl Case {
                 match a.kind(0) {
                     None => problems.push(format!(
                         "{at}: an action does exactly one of `routes`, `kill_backend`, `restart_backend`, `terminate_pod`, \
-                         `repository` and `repository_readable`"
+                         `repository`, `repository_readable` and `rolling_restart`"
+                    )),
+                    Some(ActionKind::RollingRestart) => {
+                        if self.pod.deployment.is_none() {
+                            problems.push(format!("{at}: rolling_restart needs pod.deployment"));
+                        }
+                        if a.every.is_some() {
+                            problems.push(format!("{at}: only routes edits repeat (`every`); give rolling_restart an `at`"));
+                        }
+                    }
+                    Some(_) if self.pod.deployment.is_some() => problems.push(format!(
+                        "{at}: with pod.deployment the only action is rolling_restart (the others act on one pod)"
                     )),
                     Some(ActionKind::Routes(_)) => {}
                     Some(kind) => {
@@ -810,6 +926,66 @@ phases:
         }
         let kill = &case.phases[0].actions[2];
         assert_eq!(kill.kind(0), Some(ActionKind::KillBackend(1)));
+    }
+
+    #[test]
+    fn a_deployment_is_loaded_through_its_service_and_only_rolled() {
+        let text = r#"
+description: x
+pod: { routes: r.yaml, deployment: { replicas: 2, smoke: { prestop_hold: 4s } } }
+phases:
+  - name: p
+    target: gateway
+    protocol: http1
+    model: m
+    duration: 1s
+    smoke: { duration: 1s }
+    callers: [{ name: c }]
+    actions:
+      - { at: 10%, kill_backend: 0 }
+      - { at: 20%, rolling_restart: true }
+    invariants:
+      - { kind: metric, process: gateway, metric: m, min: 1 }
+      - { kind: replicas_answered, min_replicas: 2 }
+"#;
+        let case: Case = serde_saphyr::from_str(text).unwrap();
+        let d = case.pod.deployment.as_ref().unwrap();
+        assert_eq!(
+            d.prestop_hold.0,
+            Duration::from_secs(35),
+            "the manifest's preStop sleep by default"
+        );
+        let all = case.validate(Path::new("/nonexistent")).unwrap_err().join("\n");
+        for needle in [
+            "target the service",
+            "the only action is rolling_restart",
+            "reads one pod",
+        ] {
+            assert!(all.contains(needle), "missing {needle}: {all}");
+        }
+        let text = r#"
+description: x
+pod: {}
+phases:
+  - name: p
+    target: service
+    protocol: http1
+    model: m
+    duration: 1s
+    smoke: { duration: 1s }
+    callers: [{ name: c }]
+    actions: [{ at: 20%, rolling_restart: true }]
+    invariants: [{ kind: replicas_answered, min_replicas: 1 }]
+"#;
+        let case: Case = serde_saphyr::from_str(text).unwrap();
+        let all = case.validate(Path::new("/nonexistent")).unwrap_err().join("\n");
+        for needle in [
+            "targets the service but pod.deployment is not set",
+            "rolling_restart needs pod.deployment",
+            "replicas_answered needs pod.deployment",
+        ] {
+            assert!(all.contains(needle), "missing {needle}: {all}");
+        }
     }
 
     #[test]
