@@ -227,13 +227,16 @@ fn h2_builder(limits: &ConnLimits) -> http2::Builder<StreamExecutor> {
 /// Accepts connections on `listener` until `shutdown` turns true, serving each with `handler` on a task of
 /// the current runtime (a data worker's, see `worker.rs`). Connections
 /// open at shutdown are told to finish (HTTP/1.1 `Connection: close` after the response in flight, HTTP/2
-/// `GOAWAY`); `tracker` counts them so the caller can wait for the drain.
+/// `GOAWAY`); `tracker` counts them so the caller can wait for the drain. While `ready` (the admin `/ready`)
+/// is false before that, HTTP/1.1 connections close after each response (`h1`); HTTP/2 ones wait for the
+/// drain's `GOAWAY`, which a client can never miss.
 pub async fn serve<H, F>(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: ConnLimits,
     handler: H,
     mut shutdown: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
     tracker: Arc<ConnTracker>,
 ) where
     H: Fn(Arc<ConnInfo>, Request<Body>) -> F + Clone + Send + Sync + 'static,
@@ -273,6 +276,7 @@ pub async fn serve<H, F>(
             local: local.unwrap_or(peer),
             peer,
             shutdown: shutdown.clone(),
+            ready: Arc::clone(&ready),
         };
         let handler = handler.clone();
         tokio::spawn(conn.run(stream, handler, guard));
@@ -286,6 +290,7 @@ struct ConnSetup {
     local: SocketAddr,
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
 }
 
 impl ConnSetup {
@@ -350,6 +355,7 @@ impl ConnSetup {
             Arc::clone(&self.limits),
             handler.clone(),
             self.shutdown.clone(),
+            Arc::clone(&self.ready),
             guard,
         )
         .await;

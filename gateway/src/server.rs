@@ -124,6 +124,7 @@ impl Gateway {
         let serve = {
             let state = Arc::clone(&state);
             let tracker = Arc::clone(&tracker);
+            let ready = Arc::clone(&ready);
             move |listener| {
                 let state = Arc::clone(&state);
                 let handler = move |conn, req| pipeline::handle(Arc::clone(&state), conn, req);
@@ -133,6 +134,7 @@ impl Gateway {
                     limits.clone(),
                     handler,
                     shutdown_rx.clone(),
+                    Arc::clone(&ready),
                     Arc::clone(&tracker),
                 )
             }
@@ -190,7 +192,8 @@ impl Gateway {
 
     /// Shutdown for a rollout: `/ready` answers 503 at once, so the pod leaves its Service's endpoints, while
     /// the listeners keep accepting and serving for `delay` (requests the cluster still routes here are
-    /// served, not refused); then [`Gateway::shutdown`] drains.
+    /// served, not refused, each HTTP/1.1 one with `Connection: close` so its client moves on); then
+    /// [`Gateway::shutdown`] drains.
     pub async fn shutdown_after(&self, delay: Duration) -> usize {
         self.ready.store(false, Ordering::Release);
         if !delay.is_zero() {

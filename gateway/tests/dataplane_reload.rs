@@ -225,6 +225,44 @@ async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
     );
 }
 
+#[tokio::test]
+async fn a_leaving_gateway_serves_http1_and_closes_each_connection_after_its_answer() {
+    let up = named_upstream("a").await;
+    let gw = gateway(&one_route(up.addr, "", "")).await;
+    let get = || {
+        Request::get(format!("http://{}/x", gw.data_addr()))
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let client = http1_client();
+    let (parts, _) = send(&client, get()).await;
+    assert_eq!(parts.status, 200);
+    assert!(parts.headers.get("connection").is_none(), "kept alive while ready");
+    assert_eq!(gw.open_connections(), 1);
+    // SIGTERM with a drain delay: not ready at once, serving on until the delay ends.
+    let leaving = tokio::spawn({
+        let gw = gw.clone();
+        async move { gw.shutdown_after(Duration::from_secs(30)).await }
+    });
+    while admin_get(&gw, "/ready").await.0 != 503 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The kept-alive connection is answered, told to close, and closed: its client's next request goes
+    // on a new connection (through its Service, to another pod) and is never caught by the drain.
+    let (parts, body) = send(&client, get()).await;
+    assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"a"[..]));
+    assert_eq!(parts.headers.get("connection").unwrap(), "close");
+    eventually("the leaving gateway closes the answered connection", || {
+        gw.open_connections() == 0
+    })
+    .await;
+    // A connection still routed here meanwhile is served the same way.
+    let (parts, _) = send(&client, get()).await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(parts.headers.get("connection").unwrap(), "close");
+    leaving.abort();
+}
+
 /// Rules with a per-caller quota (burst 2) and canary analysis on a split between `a` and `b`; `extra`
 /// goes into the `upstreams` list.
 fn guarded(a: std::net::SocketAddr, b: std::net::SocketAddr, wa: u32, wb: u32, extra: &str) -> String {

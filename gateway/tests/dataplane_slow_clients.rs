@@ -212,7 +212,9 @@ async fn chunks_that_arrive_together_reach_the_pipeline_as_one_piece() {
             }
             Response::new(infergate_gateway::proxy::full(format!("{pieces} {bytes}")))
         };
-        infergate_gateway::h1::serve(io, info, Arc::new(ConnLimits::default()), handler, shutdown, ()).await;
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        infergate_gateway::h1::serve(io, info, Arc::new(ConnLimits::default()), handler, shutdown, ready, ())
+            .await;
     });
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut raw =

@@ -12,6 +12,12 @@
 //! response body that moves no bytes for `stream_idle_timeout` ends the exchange; the listener's write
 //! timeout (`write_deadline.rs`) cuts a client that does not read.
 //!
+//! A gateway that is leaving (not ready: SIGTERM received, the drain not begun) answers with `Connection: close`
+//! and closes after the response: a client learns in an answer that the connection ends, where no request of
+//! its own can be on its way, and opens a new one (through its Service, to a pod that stays). Closing the
+//! connections idle at the drain instead races the client, whose next request may already be on the wire: it
+//! is lost with the connection, and the client, which cannot know whether it was served, reports a failure.
+//!
 //! Requests are served one after another (pipelined requests wait in the read buffer). A body that did not
 //! arrive with its head streams to the pipeline while the response is awaited; a connection whose request
 //! body was not read to its end is closed after the response, since where the next request starts is then
@@ -25,6 +31,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -79,7 +86,8 @@ pub enum Ended<I, G> {
 }
 
 /// Serves HTTP/1.1 requests on `io` with `handler` until the client closes, the connection idles out, a
-/// request asks to close, or `shutdown` turns true (the request in flight is answered first). `guard` is
+/// request asks to close, `ready` is false after a response (the gateway is leaving: the response says
+/// `Connection: close`), or `shutdown` turns true (the request in flight is answered first). `guard` is
 /// dropped just before the socket is closed, so that whoever it counts for sees the connection gone no
 /// later than the client does.
 pub async fn serve<I, G, H, F>(
@@ -88,6 +96,7 @@ pub async fn serve<I, G, H, F>(
     limits: Arc<ConnLimits>,
     handler: H,
     shutdown: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
     guard: G,
 ) -> Ended<I, G>
 where
@@ -104,6 +113,7 @@ where
         parser: RequestParser::new(limits.max_headers, limits.max_header_bytes),
         limits,
         shutdown,
+        ready,
         guard: Some(guard),
     };
     let mut first = true;
@@ -170,6 +180,8 @@ struct Connection<I, G> {
     opened: Instant,
     limits: Arc<ConnLimits>,
     shutdown: watch::Receiver<bool>,
+    /// The gateway's readiness: false while it is leaving, when each response closes its connection.
+    ready: Arc<AtomicBool>,
     /// The request-head parser, kept across reads and requests.
     parser: RequestParser,
     /// Dropped just before the socket closes (see [`serve`]).
@@ -304,7 +316,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
             }
         };
         let body_complete = feeding.as_ref().is_none_or(|(_, decoder)| decoder.is_done());
-        let keep_alive = keep_alive && body_complete && !*self.shutdown.borrow();
+        let leaving = !self.ready.load(Ordering::Acquire) || *self.shutdown.borrow();
+        let keep_alive = keep_alive && body_complete && !leaving;
         match self
             .write_response(response, head_request, http10, keep_alive)
             .await
