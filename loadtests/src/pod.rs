@@ -148,6 +148,8 @@ pub struct PodControl {
     backend_args: Vec<String>,
     /// The pod's own copy of `PodSpec::models`, which the backends start on and the repository drills edit.
     repository: PathBuf,
+    /// The backends' GPU switch: while this file exists their GPU counts as lost.
+    gpu_switch: PathBuf,
 }
 
 struct Procs {
@@ -195,6 +197,11 @@ impl Pod {
     /// Starts what `spec` names, logging into `work`.
     pub async fn start(spec: &PodSpec, bins: &Path, work: &Path) -> Result<Self, PodError> {
         std::fs::create_dir_all(work).map_err(io_error(work))?;
+        // A switch left by an interrupted run would start the backends without their GPU.
+        let gpu_switch = work.join("gpu-pulled");
+        if gpu_switch.exists() {
+            std::fs::remove_file(&gpu_switch).map_err(io_error(&gpu_switch))?;
+        }
         // Ports are picked by binding port 0 and closing it: the window for another process to take one is
         // the few milliseconds until our process binds it.
         let backends = if spec.models.is_some() {
@@ -251,6 +258,7 @@ impl Pod {
             work: work.to_owned(),
             backend_args: spec.backend_args.clone(),
             repository: work.join("repository"),
+            gpu_switch,
         };
         let mut pod = Pod {
             routes_file: work.join("routes.yaml"),
@@ -414,6 +422,7 @@ impl PodControl {
             .args(["--grpc-port", &ports.grpc.to_string()])
             .args(["--metrics-port", &ports.metrics.to_string()])
             .args(&self.backend_args)
+            .env("INFERGATE_FAULT_GPU_LOST", &self.gpu_switch)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -493,6 +502,21 @@ impl PodControl {
     /// Takes the pod's repository folder away, so that it cannot be listed, or puts it back.
     pub fn set_repository_readable(&self, readable: bool) -> Result<(), PodError> {
         repository_edit::set_readable(&self.repository, readable).map_err(io_error(&self.repository))
+    }
+
+    /// Pulls the backends' GPU (`true`) or gives it back: while the switch file exists, their engines
+    /// destroy the wgpu device and create none (`INFERGATE_FAULT_GPU_LOST`, docs/reliability.md).
+    pub fn set_gpu_lost(&self, lost: bool) -> Result<(), PodError> {
+        let switch = &self.gpu_switch;
+        let done = if lost {
+            std::fs::write(switch, b"pulled by the gpu_lost action\n")
+        } else {
+            std::fs::remove_file(switch).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+        };
+        done.map_err(io_error(switch))
     }
 
     /// SIGTERM to every process at once, as Kubernetes does to a pod, and waits for each to exit (SIGKILL

@@ -141,6 +141,7 @@ async fn run_one(kind: &ActionKind, hands: &Hands) -> Result<(), String> {
             .pod
             .set_repository_readable(*readable)
             .map_err(|e| e.to_string()),
+        ActionKind::GpuLost(lost) => hands.pod.set_gpu_lost(*lost).map_err(|e| e.to_string()),
         ActionKind::RollingRestart => match &hands.deployment {
             Some(d) => d.rolling_restart().await.map_err(|e| e.to_string()),
             None => Err("rolling_restart needs pod.deployment".into()),

@@ -224,9 +224,9 @@ pub struct CallerGroup {
 }
 
 /// Something done to the pod during the load, once (`at`) or repeatedly (`every`, routes edits only): a routes
-/// edit, a backend killed or restarted, the whole pod sent SIGTERM, or its model repository edited or taken
-/// away. Exactly one of `routes`, `kill_backend`, `restart_backend`, `terminate_pod`, `repository` and
-/// `repository_readable`.
+/// edit, a backend killed or restarted, the whole pod sent SIGTERM, its model repository edited or taken
+/// away, or its GPU lost. Exactly one of `routes`, `kill_backend`, `restart_backend`, `terminate_pod`,
+/// `repository`, `repository_readable`, `gpu_lost` and `rolling_restart`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionSpec {
@@ -260,6 +260,10 @@ pub struct ActionSpec {
     /// `false` takes the pod's repository folder away (it cannot be listed); `true` puts it back.
     #[serde(default)]
     pub repository_readable: Option<bool>,
+    /// `true` pulls the backends' GPU (the engine destroys its wgpu device and makes no new one:
+    /// `INFERGATE_FAULT_GPU_LOST`); `false` gives it back.
+    #[serde(default)]
+    pub gpu_lost: Option<bool>,
     /// Replace every pod of the Deployment, one at a time (`kubectl rollout restart`).
     #[serde(default)]
     pub rolling_restart: bool,
@@ -280,6 +284,8 @@ pub enum ActionKind {
     Repository(PathBuf),
     /// Take the repository away (`false`) or put it back (`true`).
     RepositoryReadable(bool),
+    /// Pull the GPU (`true`) or give it back (`false`).
+    GpuLost(bool),
     /// Replace the Deployment's pods one at a time.
     RollingRestart,
 }
@@ -306,6 +312,9 @@ impl ActionSpec {
         }
         if let Some(readable) = self.repository_readable {
             kinds.push(ActionKind::RepositoryReadable(readable));
+        }
+        if let Some(lost) = self.gpu_lost {
+            kinds.push(ActionKind::GpuLost(lost));
         }
         if self.rolling_restart {
             kinds.push(ActionKind::RollingRestart);
@@ -679,7 +688,7 @@ impl Case {
                 match a.kind(0) {
                     None => problems.push(format!(
                         "{at}: an action does exactly one of `routes`, `kill_backend`, `restart_backend`, `terminate_pod`, \
-                         `repository`, `repository_readable` and `rolling_restart`"
+                         `repository`, `repository_readable`, `gpu_lost` and `rolling_restart`"
                     )),
                     Some(ActionKind::RollingRestart) => {
                         if self.pod.deployment.is_none() {
