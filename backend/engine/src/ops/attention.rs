@@ -218,7 +218,8 @@ fn matmul() -> Op {
 
 /// The rank of `x` when the model declares it, or when it follows from its producers. onnxruntime's
 /// optimizer writes no shapes for the values it adds: BERT's `mask_index` is `ReduceSum(Cast(mask),
-/// axes=[1], keepdims=0)` of a declared `[batch, seq]` input, so its rank is read through that chain.
+/// axes=[1], keepdims=0)` of a declared `[batch, seq]` input (or EmbedLayerNormalization's output 1,
+/// a copy of the same reduction over `mask == 1`), so its rank is read through that chain.
 fn rank(chain: &Chain<'_, '_>, x: ValueId) -> Option<usize> {
     const MAX_DEPTH: usize = 8;
     inferred_rank(chain.graph(), chain.earlier(), x, MAX_DEPTH)
@@ -235,7 +236,13 @@ fn inferred_rank(g: &crate::ir::Graph, earlier: &[Node], x: ValueId, depth: usiz
     let input = producer.inputs.first().copied().flatten()?;
     let depth = depth.checked_sub(1)?;
     match &producer.op {
-        Op::Cast { .. } | Op::Unary(_) => inferred_rank(g, earlier, input, depth),
+        Op::Cast { .. } | Op::Unary(_) | Op::Identity => inferred_rank(g, earlier, input, depth),
+        // a comparison with a scalar (EmbedLayerNormalization's `mask == 1`): the larger rank
+        Op::Binary(_) => {
+            let other = producer.inputs.get(1).copied().flatten()?;
+            let a = inferred_rank(g, earlier, input, depth)?;
+            Some(a.max(inferred_rank(g, earlier, other, depth)?))
+        }
         Op::Reduce {
             axes,
             keepdims,

@@ -14,7 +14,9 @@ mod control;
 mod conv;
 mod einsum;
 mod elementwise;
+mod embed_norm;
 mod exec;
+mod fused_matmul;
 mod group_norm;
 mod indexed;
 mod infer;
@@ -31,6 +33,7 @@ mod reduce;
 mod reshape;
 mod resize;
 mod rnn;
+mod rotary;
 mod skip_norm;
 
 pub(crate) use exec::{In, Prepared, eval_host, run_cpu};
@@ -88,6 +91,9 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         contrib::ONNX,
         skip_norm::ONNX,
         attention::ONNX,
+        embed_norm::ONNX,
+        fused_matmul::ONNX,
+        rotary::ONNX,
     ]
     .into_iter()
     .flatten()

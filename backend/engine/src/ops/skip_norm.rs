@@ -1,5 +1,7 @@
 //! Residual and RMS normalisations: onnxruntime's SkipLayerNormalization and
-//! SkipSimplifiedLayerNormalization (`com.microsoft`), and ONNX RMSNormalization (opset 23).
+//! SkipSimplifiedLayerNormalization (`com.microsoft`), its SimplifiedLayerNormalization (which
+//! onnxruntime defines in the default domain, opset 1, and its optimiser writes there), and ONNX
+//! RMSNormalization (opset 23).
 //!
 //! Each decomposes at load: the residual sum is an Add (or two), layer normalisation is the IR's
 //! LayerNormalization, and RMS normalisation is `x / sqrt(mean(x²) + epsilon) · scale` over the
@@ -14,6 +16,7 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::microsoft("SkipLayerNormalization", convert, &FAMILY),
     OnnxOp::microsoft("SkipSimplifiedLayerNormalization", convert, &FAMILY),
     OnnxOp::new("RMSNormalization", 23, convert, &FAMILY),
+    OnnxOp::new("SimplifiedLayerNormalization", 1, convert, &FAMILY),
 ];
 
 /// No IR ops of its own: everything here decomposes.
@@ -77,6 +80,22 @@ fn convert(
             let (normed, _) = rms_parts(&mut chain, x, &axes, epsilon);
             Ok(chain.finish(Op::Binary(BinaryOp::Mul), &[normed, scale]))
         }
+        // SimplifiedLayerNormalization(X, scale) → (Y, inv_std_var?): RMS normalisation over the axes
+        // from `axis` on; stash_type only names the precision onnxruntime computes in (f32 here too)
+        "SimplifiedLayerNormalization" => {
+            let x = need(inputs, 0, "X")?;
+            let scale = need(inputs, 1, "scale")?;
+            let epsilon = a.float("epsilon", 1e-5)?;
+            let axis = a.int("axis", -1)?;
+            let axes = trailing_axes(chain.graph(), x, axis)?;
+            let (normed, rms) = rms_parts(&mut chain, x, &axes, epsilon);
+            let mut copies = Vec::new();
+            if wants(1) {
+                let inv = chain.push("inv_std_var", Op::Unary(UnaryOp::Reciprocal), &[rms]);
+                copies.push((1, inv));
+            }
+            Ok(chain.finish_with_copies(Op::Binary(BinaryOp::Mul), &[normed, scale], copies))
+        }
         other => Err(not_registered(other)),
     }
 }
@@ -109,13 +128,13 @@ fn trailing_axes(g: &crate::ir::Graph, x: ValueId, axis: i64) -> Result<Vec<i64>
     } else {
         let rank = g.values[x.0].shape.as_ref().map(Vec::len).ok_or_else(|| {
             EngineError::unsupported(format!(
-                "RMSNormalization attribute axis={axis} on an input of unknown rank; give the input a \
-                 shape in the model, or a negative axis"
+                "attribute axis={axis} on an input of unknown rank; give the input a shape in the model, \
+                 or a negative axis"
             ))
         })? as i64;
         if axis >= rank {
             return Err(EngineError::invalid(format!(
-                "RMSNormalization attribute axis={axis} is out of range for rank {rank}"
+                "attribute axis={axis} is out of range for an input of rank {rank}"
             )));
         }
         axis - rank

@@ -16,13 +16,18 @@ from onnx import TensorProto, helper, numpy_helper
 rng = np.random.default_rng(23)
 
 
-def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None):
-    """One single-node graph; `inputs` is [(name, array)], `outputs` the node's output names ('' = unused)."""
+def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None, domain="com.microsoft", out_types=None):
+    """One single-node graph; `inputs` is [(name, array)] (an empty name and None leave an optional input
+    out), `outputs` the node's output names ('' = unused), `out_types` their element types (FLOAT when not
+    given). onnxruntime defines some of its operators (SimplifiedLayerNormalization) in the default domain,
+    hence `domain`."""
+    given = [(n, a) for n, a in inputs if n]
     value_infos = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in given
     ]
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs if n]
-    node = helper.make_node(op, [n for n, _ in inputs], outputs, domain="com.microsoft", **(attrs or {}))
+    out_types = out_types or {}
+    outs = [helper.make_tensor_value_info(n, out_types.get(n, TensorProto.FLOAT), None) for n in outputs if n]
+    node = helper.make_node(op, [n for n, _ in inputs], outputs, domain=domain, **(attrs or {}))
     graph = helper.make_graph([node], name, value_infos, outs)
     model = helper.make_model(
         graph,
@@ -31,17 +36,20 @@ def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None):
     )
     if expected is None:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        expected = sess.run(None, dict(inputs))
+        expected = sess.run(None, dict(given))
     d = os.path.join(out_dir, name)
     data = os.path.join(d, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
     onnx.save(model, os.path.join(d, "model.onnx"))
-    for i, (n, a) in enumerate(inputs):
+    for i, (n, a) in enumerate(given):
         with open(os.path.join(data, f"input_{i}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(a, n).SerializeToString())
     for i, a in enumerate(expected):
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            a = a.astype(np.float32)
         with open(os.path.join(data, f"output_{i}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(np.asarray(a, dtype=np.float32)).SerializeToString())
+            f.write(numpy_helper.from_array(a).SerializeToString())
 
 
 def f32(*shape, scale=2.0):
@@ -104,6 +112,84 @@ def main():
     case(out, "multi_head_attention_bias_mask", "MultiHeadAttention",
          [("q", q), ("k", k), ("v", v), ("bias", mha_bias), ("pad", pad)], ["y"], {"num_heads": 2},
          expected=[multi_head_attention(q, k, v, mha_bias, pad, num_heads=2)])
+
+    embed_layer_norm(out)
+    simplified_layer_norm(out)
+    fused_matmul(out)
+    rotary_embedding(out)
+
+
+def embed_layer_norm(out):
+    """EmbedLayerNormalization as onnxruntime's BERT fusion writes it (INT32 ids), with and without
+    segments, mask and position_ids; mask_index is INT32."""
+    ids = rng.integers(0, 20, (2, 5)).astype(np.int32)
+    segments = rng.integers(0, 2, (2, 5)).astype(np.int32)
+    word, pos, seg = f32(20, 16, scale=0.5), f32(8, 16, scale=0.5), f32(2, 16, scale=0.5)
+    gamma, beta = f32(16, scale=1.0), f32(16, scale=0.5)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=np.int32)
+    int32 = {"mask_index": TensorProto.INT32}
+    case(out, "embed_layer_norm", "EmbedLayerNormalization",
+         [("ids", ids), ("segments", segments), ("word", word), ("pos", pos), ("seg", seg), ("gamma", gamma),
+          ("beta", beta), ("mask", mask)],
+         ["y", "mask_index", "sum"], {"epsilon": 1e-5}, out_types=int32)
+    case(out, "embed_layer_norm_no_segment_no_mask", "EmbedLayerNormalization",
+         [("ids", ids), ("", None), ("word", word), ("pos", pos), ("", None), ("gamma", gamma), ("beta", beta)],
+         ["y", "mask_index"], out_types=int32)
+    position_ids = np.array([[3, 2, 1, 0, 7], [0, 1, 2, 3, 4]], dtype=np.int32)
+    case(out, "embed_layer_norm_position_ids", "EmbedLayerNormalization",
+         [("ids", ids), ("segments", segments), ("word", word), ("pos", pos), ("seg", seg), ("gamma", gamma),
+          ("beta", beta), ("mask", mask), ("position_ids", position_ids)],
+         ["y", "mask_index"], {"epsilon": 1e-5}, out_types=int32)
+
+
+def simplified_layer_norm(out):
+    """SimplifiedLayerNormalization (RMS norm), which onnxruntime defines in the default domain."""
+    x = f32(2, 3, 16)
+    case(out, "simplified_layer_norm", "SimplifiedLayerNormalization", [("x", x), ("scale", f32(16, scale=1.0))],
+         ["y", "inv_std_var"], {"epsilon": 1e-6}, domain="")
+    case(out, "simplified_layer_norm_axis1", "SimplifiedLayerNormalization",
+         [("x", x), ("scale", f32(3, 16, scale=1.0))], ["y"], {"axis": 1}, domain="")
+
+
+def fused_matmul(out):
+    """FusedMatMul: alpha, transA/transB on the last two dims, transBatchA/transBatchB."""
+    a, b = f32(2, 3, 4, 5, scale=1.0), f32(2, 3, 5, 6, scale=1.0)
+    case(out, "fused_matmul", "FusedMatMul", [("a", a), ("b", b)], ["y"], {"alpha": 0.5})
+    case(out, "fused_matmul_trans", "FusedMatMul",
+         [("a", f32(2, 3, 5, 4, scale=1.0)), ("b", f32(2, 3, 6, 5, scale=1.0))], ["y"],
+         {"transA": 1, "transB": 1, "alpha": 1.25})
+    case(out, "fused_matmul_2d_trans_a", "FusedMatMul", [("a", f32(5, 4, scale=1.0)), ("b", f32(5, 6, scale=1.0))],
+         ["y"], {"transA": 1})
+    # transBatch: A [4, 2, 3, 5] is read as [2, 3, 4, 5]; B [6, 2, 3, 5] as [2, 3, 6, 5], then transposed
+    case(out, "fused_matmul_trans_batch", "FusedMatMul",
+         [("a", f32(4, 2, 3, 5, scale=1.0)), ("b", f32(6, 2, 3, 5, scale=1.0))], ["y"],
+         {"transBatchA": 1, "transBatchB": 1, "transB": 1})
+    case(out, "fused_matmul_trans_batch_a_trans_a", "FusedMatMul",
+         [("a", f32(5, 2, 3, 4, scale=1.0)), ("b", f32(2, 3, 5, 6, scale=1.0))], ["y"],
+         {"transBatchA": 1, "transA": 1, "alpha": 2.0})
+
+
+def rotary_embedding(out):
+    """RotaryEmbedding (com.microsoft): [batch, seq] positions or one offset, 3-D and 4-D inputs, halves and
+    interleaved pairs, a partial rotary_embedding_dim."""
+    x3 = f32(2, 4, 16, scale=1.0)
+    x4 = f32(2, 2, 4, 8, scale=1.0)
+    angles = np.arange(12)[:, None] * (1.0 / 10000 ** (np.arange(4) / 4))[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    positions = np.array([[0, 1, 2, 3], [5, 6, 7, 8]], dtype=np.int64)
+    offset = np.array([3], dtype=np.int64)
+    case(out, "rotary_embedding", "RotaryEmbedding",
+         [("x", x3), ("positions", positions), ("cos", cos), ("sin", sin)], ["y"])
+    case(out, "rotary_embedding_interleaved", "RotaryEmbedding",
+         [("x", x3), ("positions", positions), ("cos", cos), ("sin", sin)], ["y"], {"interleaved": 1, "num_heads": 2})
+    case(out, "rotary_embedding_offset", "RotaryEmbedding",
+         [("x", x3), ("positions", offset), ("cos", cos), ("sin", sin)], ["y"])
+    case(out, "rotary_embedding_4d", "RotaryEmbedding",
+         [("x", x4), ("positions", positions), ("cos", cos), ("sin", sin)], ["y"], {"interleaved": 1})
+    half = np.ascontiguousarray(cos[:, :2]), np.ascontiguousarray(sin[:, :2])
+    case(out, "rotary_embedding_partial", "RotaryEmbedding",
+         [("x", x3), ("positions", positions), ("cos", half[0]), ("sin", half[1])], ["y"],
+         {"num_heads": 2, "rotary_embedding_dim": 4})
 
 
 def multi_head_attention(q, k, v, bias, key_padding_mask, num_heads):
