@@ -694,3 +694,37 @@ fn mirror_canary_and_quota_store_limits() {
         "routes.yaml:1:27: warning: quota_buckets is 100000000: at about 40 bytes a bucket the quota store may grow to 3814 MiB",
     );
 }
+
+#[test]
+fn a_host_that_is_not_ascii_is_refused_with_the_punycode_hint_not_a_panic() {
+    // Found by the routes_yaml fuzzer: a first character of several bytes used to panic the validator
+    // (a byte slice inside it), taking the gateway's reload down with it.
+    for host in ["ñandú.example", "*.bücher.example", "ex ample.com"] {
+        let text = format!(
+            "upstreams: [{{ name: a, endpoints: [\"h:1\"] }}]\nroutes:\n  - name: r\n    match: {{ host: '{host}' }}\n    destinations: [{{ upstream: a }}]\n"
+        );
+        let all = problems(&text);
+        let wanted = format!("route 'r': host '{host}' is not a host name or a '*.suffix' wildcard");
+        let found = all.iter().find(|p| p.contains(&wanted));
+        let Some(found) = found else {
+            panic!("expected {wanted} among\n  {}", all.join("\n  "));
+        };
+        assert_eq!(found.contains("punycode"), !host.is_ascii(), "{found}");
+    }
+    for host in [
+        "api.example.com",
+        "*.example.com",
+        "[::1]",
+        "10.0.0.1",
+        "svc_name.ns",
+    ] {
+        let text = format!(
+            "upstreams: [{{ name: a, endpoints: [\"h:1\"] }}]\nroutes:\n  - name: r\n    match: {{ host: '{host}' }}\n    destinations: [{{ upstream: a }}]\n"
+        );
+        assert!(
+            problems(&text).iter().all(|p| !p.contains("host")),
+            "{host}: {:?}",
+            problems(&text)
+        );
+    }
+}

@@ -69,6 +69,16 @@ impl Checker<'_> {
     }
 }
 
+/// A host to match: a name or address as a Host header carries it (ASCII letters, digits, `-`, `.`, `_`, and
+/// `[`, `]`, `:` for an IPv6 literal), optionally behind a leading `*.` wildcard.
+fn host_pattern_ok(host: &str) -> bool {
+    let name = host.strip_prefix("*.").unwrap_or(host);
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))
+}
+
 fn header_name_ok(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -417,12 +427,17 @@ fn check_route(c: &mut Checker<'_>, p: &str, route: &Route, upstreams: &[&str]) 
         );
     }
     if let Some(h) = &m.host
-        && (h.is_empty() || h[1..].contains('*') || (h.starts_with('*') && !h.starts_with("*.")))
+        && !host_pattern_ok(h)
     {
-        c.error(
+        let d = c.error(
             &format!("{mp}.host"),
             format!("route '{name}': host '{h}' is not a host name or a '*.suffix' wildcard"),
         );
+        if !h.is_ascii() {
+            d.hint = Some(
+                "a Host header is ASCII: write an internationalised name in its punycode form (xn--…)".into(),
+            );
+        }
     }
     for (i, method) in m.methods.iter().enumerate() {
         if !METHODS.contains(&method.as_str()) {
