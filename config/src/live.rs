@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
-use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::diagnostic::{Diagnostic, Diagnostics, Pos};
 use crate::file::read_config_file;
 
 /// A freshly loaded value with the warnings found while loading it.
@@ -151,7 +151,7 @@ impl<T: Send + Sync + 'static> Live<T> {
         observer: Option<Observer<T>>,
     ) -> Result<Self, Diagnostics> {
         let file = file.into();
-        let loaded = loader(text, &file, None)?;
+        let loaded = load_guarded(&loader, text, &file, None)?;
         let (events, _) = broadcast::channel(64);
         Ok(Live {
             current: ArcSwap::from_pointee(Running {
@@ -235,7 +235,7 @@ impl<T: Send + Sync + 'static> Live<T> {
         if hash == running.content_hash || history.last_refused_hash.as_deref() == Some(hash.as_str()) {
             return ReloadOutcome::Unchanged;
         }
-        match (self.loader)(text, &self.file, Some(&running.value)) {
+        match load_guarded(&self.loader, text, &self.file, Some(&running.value)) {
             Ok(loaded) => {
                 let next = Arc::new(Running {
                     value: loaded.value,
@@ -286,6 +286,32 @@ impl<T: Send + Sync + 'static> Live<T> {
         }
         let _ = self.events.send(outcome.clone());
     }
+}
+
+/// Runs the loader, turning a panic inside it into a refusal of the text. A panic is a bug of ours, but a
+/// config edit must never take the process or its reload task down with it: the running config stays, and the
+/// refusal names the bug so that it gets reported.
+fn load_guarded<T>(
+    loader: &Loader<T>,
+    text: &str,
+    file: &Path,
+    running: Option<&T>,
+) -> Result<Loaded<T>, Diagnostics> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loader(text, file, running))).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        Err(Diagnostics::single(Diagnostic::error(
+            file,
+            Pos::default(),
+            format!(
+                "the config loader failed on this file ({what}); this is a bug in infergate: please report it \
+                 with the file. The running config stays in force"
+            ),
+        )))
+    })
 }
 
 #[cfg(test)]
@@ -341,6 +367,36 @@ mod tests {
             *seen.lock().unwrap(),
             vec![("rejected", 1), ("applied", 2)],
             "the observer sees each attempt that did something, with the value in force after it"
+        );
+    }
+
+    #[test]
+    fn a_loader_that_panics_refuses_the_text_and_the_running_value_stays() {
+        let loader: Loader<u32> = Arc::new(|text: &str, file: &Path, running: Option<&u32>| {
+            if text.trim() == "boom" {
+                let bytes = "ñ";
+                // The kind of bug the routes fuzzer found: a byte slice inside a character.
+                let _ = &bytes[1..];
+            }
+            digits()(text, file, running)
+        });
+        assert!(
+            Live::start("n.txt", "boom", loader.clone(), None).is_err(),
+            "start refuses it too"
+        );
+        let live = Live::start("n.txt", "1", loader, None).unwrap();
+        let ReloadOutcome::Rejected(rejection) = live.apply("boom") else {
+            panic!("a panicking loader must refuse the text");
+        };
+        let message = rejection.error;
+        assert!(
+            message.contains("bug in infergate") && message.contains("char boundary"),
+            "{message}"
+        );
+        assert_eq!(**live.current(), 1, "the running value stays");
+        assert!(
+            matches!(live.apply("2"), ReloadOutcome::Applied { .. }),
+            "later edits still apply"
         );
     }
 }
