@@ -192,6 +192,7 @@ fn zoo_fused_bert_records_its_optimizer_and_contrib_operators() {
         .map(|v| v.as_str().unwrap())
         .collect();
     for op in [
+        "com.microsoft.EmbedLayerNormalization",
         "com.microsoft.Attention",
         "com.microsoft.SkipLayerNormalization",
         "com.microsoft.BiasGelu",

@@ -1,13 +1,13 @@
 """A transformer fused by onnxruntime's optimizer for the zoo: the small eager-attention BERT
 (export_bert_eager.py) run through `onnxruntime.transformers.optimizer.optimize_model`, as users prepare
-BERT for onnxruntime. Its layers become com.microsoft Attention (with a ReduceSum of the attention mask as
-its valid lengths), SkipLayerNormalization and BiasGelu.
+BERT for onnxruntime. Its embeddings become com.microsoft EmbedLayerNormalization (whose mask_index output,
+the attention mask's valid lengths, feeds every Attention) and its layers Attention, SkipLayerNormalization
+and BiasGelu.
 
     python fuse_zoo.py ZOO_DIR EXPORTED.onnx SOURCE_JSON
 
 Runs in the project venv (onnxruntime). Writes into ZOO_DIR:
-- hf_bert_fused.onnx: the optimised graph. EmbedLayerNormalization fusion is off: the engine does not run
-  that operator yet, and the rest of the graph is what the optimizer writes either way;
+- hf_bert_fused.onnx: the optimised graph, with the optimizer's default BERT fusions;
 - fused.json: its source, optimizer, inputs, test inputs and operators (the manifest.json format);
 - ref/hf_bert_fused/b<N>/: onnxruntime's outputs for the test inputs.
 """
@@ -36,15 +36,13 @@ def main():
     a = ap.parse_args()
     ort.set_default_logger_severity(3)
     options = FusionOptions("bert")
-    options.enable_embed_layer_norm = False
     fused = optimize_model(a.exported, model_type="bert", num_heads=HEADS, hidden_size=HIDDEN, opt_level=0,
                            optimization_options=options, use_gpu=False)
     fused.save_model_to_file(os.path.join(a.dir, f"{NAME}.onnx"))
 
     spec = json.loads(a.source_json)
     spec["exporter"] += (f"; onnxruntime {ort.__version__} transformers.optimizer.optimize_model("
-                         f"model_type='bert', num_heads={HEADS}, hidden_size={HIDDEN}, opt_level=0, "
-                         "enable_embed_layer_norm=False)")
+                         f"model_type='bert', num_heads={HEADS}, hidden_size={HIDDEN}, opt_level=0)")
 
     def ids(seq):
         return {"name": "input_ids", "dtype": "INT64", "shape": [-1, seq], "high": VOCAB}

@@ -236,7 +236,9 @@ fn inferred_rank(g: &crate::ir::Graph, earlier: &[Node], x: ValueId, depth: usiz
     let input = producer.inputs.first().copied().flatten()?;
     let depth = depth.checked_sub(1)?;
     match &producer.op {
-        Op::Cast { .. } | Op::Unary(_) | Op::Identity => inferred_rank(g, earlier, input, depth),
+        Op::Cast { .. } | Op::CastLike | Op::Unary(_) | Op::Identity => {
+            inferred_rank(g, earlier, input, depth)
+        }
         // a comparison with a scalar (EmbedLayerNormalization's `mask == 1`): the larger rank
         Op::Binary(_) => {
             let other = producer.inputs.get(1).copied().flatten()?;
