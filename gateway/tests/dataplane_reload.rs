@@ -237,7 +237,10 @@ async fn a_leaving_gateway_serves_http1_and_closes_each_connection_after_its_ans
     let client = http1_client();
     let (parts, _) = send(&client, get()).await;
     assert_eq!(parts.status, 200);
-    assert!(parts.headers.get("connection").is_none(), "kept alive while ready");
+    assert!(
+        parts.headers.get("connection").is_none(),
+        "kept alive while ready"
+    );
     assert_eq!(gw.open_connections(), 1);
     // SIGTERM with a drain delay: not ready at once, serving on until the delay ends.
     let leaving = tokio::spawn({

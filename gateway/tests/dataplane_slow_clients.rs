@@ -213,8 +213,16 @@ async fn chunks_that_arrive_together_reach_the_pipeline_as_one_piece() {
             Response::new(infergate_gateway::proxy::full(format!("{pieces} {bytes}")))
         };
         let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        infergate_gateway::h1::serve(io, info, Arc::new(ConnLimits::default()), handler, shutdown, ready, ())
-            .await;
+        infergate_gateway::h1::serve(
+            io,
+            info,
+            Arc::new(ConnLimits::default()),
+            handler,
+            shutdown,
+            ready,
+            (),
+        )
+        .await;
     });
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut raw =
