@@ -1,9 +1,17 @@
 //! The protocols the load speaks: HTTP/1.1 and h2c (hyper's pooled client), h2 over TLS (one multiplexed
 //! connection, [`crate::tls`]) and gRPC (tonic, the `inference.GRPCInferenceService` client of
 //! `infergate-protocol`). Each call returns an [`Outcome`]: the model version that answered, or the kind of failure.
+//!
+//! A request is sent again only when it never left the client, as real clients do: hyper's pool retries a
+//! request it had put on a kept-alive connection found closed before the request was written
+//! (`retry_canceled_requests`, on by default), and a gRPC call that hyper had queued on a connection that
+//! closed (after the server's `GOAWAY`) before sending it is retried as gRPC clients retry it ("transparent
+//! retry", gRFC A6; tonic does not). Nothing the server may have seen is retried: a failure after that is
+//! the server's, and is counted.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,6 +49,9 @@ pub enum Protocol {
     Grpc,
 }
 
+/// How many times a gRPC call that never left the client is sent again.
+const TRANSPARENT_RETRIES: u32 = 3;
+
 /// Why a client could not start or fetch metadata.
 #[derive(Debug, Error)]
 pub enum ClientError {
@@ -62,6 +73,8 @@ pub struct Client {
     inner: Inner,
     target: Target,
     timeout: Duration,
+    /// gRPC calls sent again because they never left the client (shared by clones).
+    resent: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -138,6 +151,7 @@ impl Client {
             inner,
             target,
             timeout,
+            resent: Arc::default(),
         }
     }
 
@@ -147,7 +161,13 @@ impl Client {
             inner: Inner::RestTls(Ok(TlsConnection::new(target.addr, tls, timeout)?)),
             target,
             timeout,
+            resent: Arc::default(),
         })
+    }
+
+    /// gRPC calls this client (and its clones) sent again because they never left it (transparent retries).
+    pub fn resent(&self) -> u64 {
+        self.resent.load(Ordering::Relaxed)
     }
 
     /// `http://ADDR`, or `https://ADDR` over TLS.
@@ -303,22 +323,30 @@ impl Client {
                 let Some(msg) = payload.grpc(i) else {
                     return Outcome::Err(ErrorKind::Io);
                 };
-                let mut client = client.clone();
-                let mut req = tonic::Request::new(msg.clone());
-                if let Some(v) = caller
-                    .to_str()
-                    .ok()
-                    .and_then(|s| tonic::metadata::AsciiMetadataValue::try_from(s).ok())
-                {
-                    req.metadata_mut().insert("x-caller-id", v);
-                }
-                match client.model_infer(req).await {
-                    Ok(resp) => {
-                        let v = resp.into_inner().model_version;
-                        Outcome::Ok((!v.is_empty()).then_some(v))
+                let mut retries = 0;
+                loop {
+                    let mut client = client.clone();
+                    let mut req = tonic::Request::new(msg.clone());
+                    if let Some(v) = caller
+                        .to_str()
+                        .ok()
+                        .and_then(|s| tonic::metadata::AsciiMetadataValue::try_from(s).ok())
+                    {
+                        req.metadata_mut().insert("x-caller-id", v);
                     }
-                    Err(status) if refused(&status) => Outcome::Err(ErrorKind::Connect),
-                    Err(status) => Outcome::Err(ErrorKind::Grpc(status.code() as i32)),
+                    return match client.model_infer(req).await {
+                        Ok(resp) => {
+                            let v = resp.into_inner().model_version;
+                            Outcome::Ok((!v.is_empty()).then_some(v))
+                        }
+                        Err(status) if never_sent(&status) && retries < TRANSPARENT_RETRIES => {
+                            retries += 1;
+                            self.resent.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Err(status) if refused(&status) => Outcome::Err(ErrorKind::Connect),
+                        Err(status) => Outcome::Err(ErrorKind::Grpc(status.code() as i32)),
+                    };
                 }
             }
         }
@@ -331,6 +359,22 @@ fn refused(e: &(dyn StdError + 'static)) -> bool {
     while let Some(err) = cur {
         if let Some(io) = err.downcast_ref::<std::io::Error>()
             && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Whether the error says the request never left the client: hyper canceled it before sending it (it was
+/// queued on a connection that closed).
+fn never_sent(e: &(dyn StdError + 'static)) -> bool {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
         {
             return true;
         }

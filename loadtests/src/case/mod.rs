@@ -283,7 +283,17 @@ async fn run_phases(
                 read_resources(&control, &watched).await
             })
         };
+        let resent = client.clone();
         let result = load::run_observed(client, payloads, &plan, start, opts.progress, in_flight).await;
+        if resent.resent() > 0 {
+            figures.insert(
+                format!(
+                    "{}: gRPC calls sent again (they never left the client)",
+                    phase.name
+                ),
+                resent.resent().to_string(),
+            );
+        }
         let _ = stop_actions.send(true);
         let action_log = action_task.await.unwrap_or_default();
         let replicas = match deployment {
