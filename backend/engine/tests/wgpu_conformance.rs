@@ -36,6 +36,13 @@ test_scatternd_add: ScatterND runs on the CPU executor only (updates apply in in
 test_scatternd_max: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_scatternd_min: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_scatternd_multiply: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
+test_scatter_elements_with_axis: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
+test_scatter_elements_with_duplicate_indices: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
+test_scatter_elements_with_negative_indices: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
+test_scatter_elements_with_reduction_max: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
+test_scatter_elements_with_reduction_min: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
+test_scatter_elements_with_reduction_mul: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
+test_scatter_elements_without_axis: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
 test_affine_grid_2d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_2d_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_3d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)

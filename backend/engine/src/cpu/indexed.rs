@@ -253,6 +253,55 @@ pub(crate) fn scatter_nd_buf(
     }))
 }
 
+/// ONNX ScatterElements: for each position of `idx` (shape `ishape`, data's rank), the element of
+/// `data` at that position with its `axis` coordinate replaced by the index takes the update at the
+/// same position, or is combined with it, in row-major order of the indices.
+pub(crate) fn scatter_elements_buf(
+    data: &Buf,
+    dshape: &[usize],
+    idx: &[i64],
+    ishape: &[usize],
+    updates: &Buf,
+    axis: usize,
+    reduction: ScatterReduction,
+) -> Result<Buf> {
+    let dstrides = strides_of(dshape);
+    let istrides = strides_of(ishape);
+    let d = dshape[axis] as i64;
+    let mut offsets = Vec::with_capacity(idx.len());
+    for (flat, &v) in idx.iter().enumerate() {
+        let at = if v < 0 { v + d } else { v };
+        if !(0..d).contains(&at) {
+            return Err(EngineError::invalid(format!(
+                "ScatterElements index {v} is out of range for data dim {axis} of size {d}"
+            )));
+        }
+        let mut off = 0;
+        for (j, (&is, &ds)) in istrides.iter().zip(&dstrides).enumerate() {
+            let coord = if j == axis {
+                at as usize
+            } else {
+                (flat / is.max(1)) % ishape[j].max(1)
+            };
+            off += coord * ds;
+        }
+        offsets.push(off);
+    }
+    if reduction == ScatterReduction::None {
+        return crate::cpu::buf::pair_same!(data, updates, (d, u) => scatter(d, &offsets, 1, u, None))
+            .ok_or_else(|| {
+                EngineError::invalid("ScatterElements updates must have the data's element type")
+            });
+    }
+    let what = "ScatterElements with a reduction";
+    Ok(map_num!(data, what, d => {
+        let Some(u) = updates_as(updates, d) else {
+            return Err(EngineError::invalid("ScatterElements updates must have the data's element type"));
+        };
+        scatter(d, &offsets, 1, u, combiner(reduction))
+    }))
+}
+
 /// `updates` as a slice of the data's element type, when it has that type.
 fn updates_as<'a, T: 'static>(updates: &'a Buf, _like: &[T]) -> Option<&'a [T]> {
     let any: &dyn std::any::Any = match updates {

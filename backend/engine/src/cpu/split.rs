@@ -387,7 +387,9 @@ fn output_sample(
         | Op::OneHot { .. }
         | Op::GatherNd { .. }
         | Op::ScatterNd { .. }
+        | Op::ScatterElements { .. }
         | Op::NonZero
+        | Op::NonMaxSuppression { .. }
         | Op::Lstm { .. }
         | Op::Gru { .. }
         | Op::Flatten { .. }

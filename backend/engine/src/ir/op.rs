@@ -740,10 +740,30 @@ pub enum Op {
         /// how an update combines with the element it addresses
         reduction: ScatterReduction,
     },
+    /// `[data, indices, updates]` → `[y]`: a copy of data where, for every position of indices
+    /// (same rank as data, INT64/INT32, negative counting from the end), the element at that
+    /// position with its `axis` coordinate replaced by the index is replaced by, or combined with,
+    /// the update at that position, in row-major order of indices (ONNX ScatterElements).
+    /// Concrete: `axis` non-negative.
+    ScatterElements {
+        /// the axis the indices address
+        axis: i64,
+        /// how an update combines with the element it addresses
+        reduction: ScatterReduction,
+    },
     /// `[x]` → `[indices]` (INT64 `[rank, count]`) of the non-zero elements, row-major. Its output
     /// shape depends on x's values, so it is computed while the plan is built (x must be known on
     /// the host: a constant, or a graph input the plan is specialised for); never concrete.
     NonZero,
+    /// `[boxes, scores, max_output_boxes_per_class?, iou_threshold?, score_threshold?]` →
+    /// `[selected]` (INT64 `[count, 3]`: batch, class, box index): ONNX NonMaxSuppression. Its output
+    /// shape depends on the values, so it is computed while the plan is built (every input must be
+    /// known on the host: constants, or graph inputs the plan is specialised for); never concrete.
+    NonMaxSuppression {
+        /// boxes are `[x_center, y_center, width, height]` (else `[y1, x1, y2, x2]`, either corner
+        /// order)
+        center_point_box: bool,
+    },
 
     // ----- recurrent -----
     /// `[X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?]` → `[Y?, Y_h?, Y_c?]`: ONNX LSTM
@@ -830,6 +850,8 @@ impl Op {
             Op::GatherNd { .. } => "GatherND",
             Op::ScatterNd { .. } => "ScatterND",
             Op::NonZero => "NonZero",
+            Op::ScatterElements { .. } => "ScatterElements",
+            Op::NonMaxSuppression { .. } => "NonMaxSuppression",
             Op::Lstm { .. } => "LSTM",
             Op::Gru { .. } => "GRU",
             Op::Quant(q) => q.name(),

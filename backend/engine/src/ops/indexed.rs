@@ -1,9 +1,10 @@
-//! Indexed operators: CumSum, Trilu, OneHot, GatherND, ScatterND.
+//! Indexed operators: CumSum, Trilu, OneHot, GatherND, ScatterND, ScatterElements.
 //!
 //! ONNX conversion, shape inference, CPU execution and wgpu lowering of these operators. The wgpu
 //! executor runs them with existing kernels (a constant mask, a triangular matrix product, an
-//! element-wise comparison, a gather of slices), except ScatterND, which it refuses naming the node
-//! (a model that needs it is served by a KIND_CPU instance group).
+//! element-wise comparison, a gather of slices), except ScatterND and ScatterElements, which it
+//! refuses naming the node (their updates apply in index order, and duplicates combine; a model that
+//! needs them is served by a KIND_CPU instance group).
 
 use super::prelude::*;
 use crate::cpu::indexed;
@@ -20,13 +21,14 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::new("OneHot", 9, convert, &FAMILY),
     OnnxOp::new("GatherND", 11, convert, &FAMILY),
     OnnxOp::new("ScatterND", 11, convert, &FAMILY),
+    OnnxOp::new("ScatterElements", 11, convert, &FAMILY),
 ];
 
 /// The operators of this module the wgpu executor refuses (for the generated operator list).
 #[cfg_attr(not(test), allow(dead_code))]
-pub(super) const CPU_ONLY: &[&str] = &["ScatterND"];
+pub(super) const CPU_ONLY: &[&str] = &["ScatterND", "ScatterElements"];
 
-/// The IR ops of this module: CumSum, Trilu, OneHot, GatherNd, ScatterNd.
+/// The IR ops of this module: CumSum, Trilu, OneHot, GatherNd, ScatterNd, ScatterElements.
 pub(super) static FAMILY: Family = Family {
     name: "indexed",
     plan_time: false,
@@ -69,28 +71,35 @@ fn convert(
                 batch_dims: b as usize,
             }
         }
-        "ScatterND" => {
-            let r = a.string("reduction", "none")?;
-            let reduction = match r.as_str() {
-                "none" => ScatterReduction::None,
-                "add" => ScatterReduction::Add,
-                "mul" => ScatterReduction::Mul,
-                // max and min entered in opset 18
-                "max" if cx.opset >= 18 => ScatterReduction::Max,
-                "min" if cx.opset >= 18 => ScatterReduction::Min,
-                other => {
-                    return Err(EngineError::unsupported(format!(
-                        "ScatterND attribute reduction='{other}' in opset {} (supported: none, add, mul; \
-                         max and min from opset 18)",
-                        cx.opset
-                    )));
-                }
-            };
-            Op::ScatterNd { reduction }
-        }
+        "ScatterND" => Op::ScatterNd {
+            reduction: scatter_reduction(a, "ScatterND", cx.opset)?,
+        },
+        "ScatterElements" => Op::ScatterElements {
+            axis: a.int("axis", 0)?,
+            reduction: scatter_reduction(a, "ScatterElements", cx.opset)?,
+        },
         other => return Err(not_registered(other)),
     };
     Ok(Converted::Node(op, ins))
+}
+
+/// The `reduction` attribute of ScatterND/ScatterElements (add and mul since opset 16, where the
+/// attribute entered; max and min since opset 18).
+fn scatter_reduction(a: &Attrs<'_>, op: &str, opset: i64) -> Result<ScatterReduction> {
+    let r = a.string("reduction", "none")?;
+    Ok(match r.as_str() {
+        "none" => ScatterReduction::None,
+        "add" => ScatterReduction::Add,
+        "mul" => ScatterReduction::Mul,
+        "max" if opset >= 18 => ScatterReduction::Max,
+        "min" if opset >= 18 => ScatterReduction::Min,
+        other => {
+            return Err(EngineError::unsupported(format!(
+                "{op} attribute reduction='{other}' in opset {opset} (supported: none, add, mul; max and min \
+                 from opset 18)"
+            )));
+        }
+    })
 }
 
 /// A 0/1 attribute with default 0.
@@ -236,6 +245,40 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
             }
             Ok(concrete(op.clone(), 3, vec![(data.dtype, data.shape.to_vec())]))
         }
+        Op::ScatterElements { axis, reduction } => {
+            let data = req(ins, 0, "data")?;
+            let idx = req(ins, 1, "indices")?;
+            let upd = req(ins, 2, "updates")?;
+            if *reduction != ScatterReduction::None {
+                numeric(data.dtype, "ScatterElements with a reduction")?;
+            }
+            let axis = norm_axis(*axis, data.shape.len(), "ScatterElements axis")?;
+            if !matches!(idx.dtype, DataType::I64 | DataType::I32) {
+                return Err(EngineError::invalid(format!(
+                    "ScatterElements indices must be INT64 or INT32, got {}",
+                    idx.dtype
+                )));
+            }
+            let fits = idx.shape.len() == data.shape.len()
+                && idx
+                    .shape
+                    .iter()
+                    .zip(data.shape)
+                    .enumerate()
+                    .all(|(j, (&i, &d))| j == axis || i <= d);
+            if !fits || upd.shape != idx.shape || upd.dtype != data.dtype {
+                return Err(EngineError::invalid(format!(
+                    "ScatterElements: indices {:?} must have data's rank and fit inside data {:?} off the axis, \
+                     and updates ({} {:?}) must have the indices' shape and data's type ({})",
+                    idx.shape, data.shape, upd.dtype, upd.shape, data.dtype
+                )));
+            }
+            let op = Op::ScatterElements {
+                axis: axis as i64,
+                reduction: *reduction,
+            };
+            Ok(concrete(op, 3, vec![(data.dtype, data.shape.to_vec())]))
+        }
         other => Err(wrong_family(other, "indexed")),
     }
 }
@@ -307,6 +350,12 @@ fn cpu(
             let (idx, si) = arg(ins, 1)?;
             let (upd, _) = arg(ins, 2)?;
             indexed::scatter_nd_buf(data, sd, &idx.to_i64(), si, upd, *reduction)?
+        }
+        Op::ScatterElements { axis, reduction } => {
+            let (data, sd) = arg(ins, 0)?;
+            let (idx, si) = arg(ins, 1)?;
+            let (upd, _) = arg(ins, 2)?;
+            indexed::scatter_elements_buf(data, sd, &idx.to_i64(), si, upd, *axis as usize, *reduction)?
         }
         other => return Err(wrong_family(other, "indexed")),
     };
@@ -417,6 +466,10 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
         Op::ScatterNd { .. } => Err(GpuError::unsupported(
             "ScatterND runs on the CPU executor only (its updates apply in index order); serve this model \
              with a KIND_CPU instance group",
+        )),
+        Op::ScatterElements { .. } => Err(GpuError::unsupported(
+            "ScatterElements runs on the CPU executor only (its updates apply in index order and duplicates \
+             combine); serve this model with a KIND_CPU instance group",
         )),
         other => Err(gpu_wrong_family(other, "indexed")),
     }

@@ -23,6 +23,7 @@ mod infer;
 mod lrn;
 mod matmul;
 mod movement;
+mod nms;
 mod nonzero;
 mod norm;
 mod onnx;
@@ -85,6 +86,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         quant::ONNX,
         indexed::ONNX,
         nonzero::ONNX,
+        nms::ONNX,
         lrn::ONNX,
         group_norm::ONNX,
         einsum::ONNX,
@@ -137,8 +139,10 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         | Op::Trilu { .. }
         | Op::OneHot { .. }
         | Op::GatherNd { .. }
-        | Op::ScatterNd { .. } => &indexed::FAMILY,
+        | Op::ScatterNd { .. }
+        | Op::ScatterElements { .. } => &indexed::FAMILY,
         Op::NonZero => &nonzero::FAMILY,
+        Op::NonMaxSuppression { .. } => &nms::FAMILY,
     }
 }
 

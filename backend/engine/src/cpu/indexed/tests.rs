@@ -93,6 +93,40 @@ fn scatter_nd_replaces_or_combines_in_index_order() {
 }
 
 #[test]
+fn scatter_elements_replaces_along_the_axis_and_combines_duplicates() {
+    // the spec's example 1: axis 0, indices [[1, 0, 2], [0, 2, 1]] into zeros [3, 3]
+    let data = Buf::F32(vec![0.0; 9]);
+    let upd = Buf::F32(vec![1.0, 1.1, 1.2, 2.0, 2.1, 2.2]);
+    let idx = [1, 0, 2, 0, 2, 1];
+    let y = scatter_elements_buf(&data, &[3, 3], &idx, &[2, 3], &upd, 0, ScatterReduction::None).unwrap();
+    assert_eq!(y, Buf::F32(vec![2.0, 1.1, 0.0, 1.0, 0.0, 2.2, 0.0, 2.1, 1.2]));
+    // axis 1 with a negative index and a duplicate that adds
+    let data = Buf::I64(vec![1, 2, 3, 4, 5]);
+    let upd = Buf::I64(vec![10, 20, 30]);
+    let add = scatter_elements_buf(
+        &data,
+        &[1, 5],
+        &[1, -2, 1],
+        &[1, 3],
+        &upd,
+        1,
+        ScatterReduction::Add,
+    )
+    .unwrap();
+    assert_eq!(add, Buf::I64(vec![1, 42, 3, 24, 5]));
+    let bad = scatter_elements_buf(
+        &data,
+        &[1, 5],
+        &[5],
+        &[1, 1],
+        &Buf::I64(vec![1]),
+        1,
+        ScatterReduction::None,
+    );
+    assert!(bad.unwrap_err().to_string().contains("out of range"));
+}
+
+#[test]
 fn non_zero_lists_coordinates_per_dim() {
     let (shape, v) = non_zero(&Buf::I32(vec![1, 0, 1, 1]), &[2, 2]).unwrap();
     assert_eq!(shape, [2, 3]);
