@@ -36,7 +36,8 @@ struct Cli {
     workers: Option<u16>,
     /// On SIGTERM, how long `/ready` answers 503 while the listeners still accept and serve (e.g. `5s`), before
     /// the drain of `listeners.drain_timeout` starts: the time the cluster takes to stop sending new requests
-    /// to a pod that is leaving. 0 (default) drains at once.
+    /// to a pod that is leaving. HTTP/1.1 answers meanwhile close their connection, so clients move on. 0
+    /// (default) drains at once.
     #[arg(long, env = "INFERGATE_GATEWAY_DRAIN_DELAY", value_parser = infergate_config::units::parse_duration, default_value = "0s")]
     drain_delay: std::time::Duration,
     /// Log lines as `json` (one object per line, for log collectors) or `text`. Colours only on a terminal.
