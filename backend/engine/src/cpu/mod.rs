@@ -22,6 +22,7 @@ pub(crate) mod pool;
 pub(crate) mod quant;
 pub(crate) mod reduce;
 pub(crate) mod rnn;
+pub(crate) mod roi_align;
 mod simd;
 mod split;
 #[cfg(test)]

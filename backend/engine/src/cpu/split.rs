@@ -390,6 +390,7 @@ fn output_sample(
         | Op::ScatterElements { .. }
         | Op::NonZero
         | Op::NonMaxSuppression { .. }
+        | Op::RoiAlign { .. }
         | Op::Lstm { .. }
         | Op::Gru { .. }
         | Op::Flatten { .. }

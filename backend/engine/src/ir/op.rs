@@ -519,6 +519,25 @@ pub enum Op {
     GlobalAveragePool,
     /// `[x]` → `[y]`: max over all spatial dims.
     GlobalMaxPool,
+    /// `[x, rois, batch_indices]` → `[y]`: ONNX RoiAlign. x is `[N, C, H, W]`, rois `[R, 4]` as
+    /// `(x1, y1, x2, y2)` in input coordinates (scaled by `spatial_scale`), batch_indices `[R]`
+    /// INT64; y is `[R, C, output_height, output_width]`, each bin the average (or maximum) of
+    /// bilinearly interpolated samples on a regular grid.
+    RoiAlign {
+        /// max of the weighted samples (else their average)
+        max: bool,
+        /// output rows per region
+        output_height: usize,
+        /// output columns per region
+        output_width: usize,
+        /// samples per bin along each axis (0: `ceil(roi_size / output_size)`)
+        sampling_ratio: usize,
+        /// roi coordinates × this = input coordinates
+        spatial_scale: f32,
+        /// coordinate_transformation_mode half_pixel (shift by −0.5; else output_half_pixel, which
+        /// also makes regions at least 1 × 1)
+        half_pixel: bool,
+    },
 
     // ----- reductions -----
     /// `[x, axes?]` → `[y]`. Concrete: `[x]`, `axes` sorted and normalised; empty axes with
@@ -850,6 +869,7 @@ impl Op {
             Op::GatherNd { .. } => "GatherND",
             Op::ScatterNd { .. } => "ScatterND",
             Op::NonZero => "NonZero",
+            Op::RoiAlign { .. } => "RoiAlign",
             Op::ScatterElements { .. } => "ScatterElements",
             Op::NonMaxSuppression { .. } => "NonMaxSuppression",
             Op::Lstm { .. } => "LSTM",

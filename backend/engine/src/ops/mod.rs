@@ -34,6 +34,7 @@ mod reduce;
 mod reshape;
 mod resize;
 mod rnn;
+mod roi_align;
 mod rotary;
 mod skip_norm;
 
@@ -87,6 +88,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         indexed::ONNX,
         nonzero::ONNX,
         nms::ONNX,
+        roi_align::ONNX,
         lrn::ONNX,
         group_norm::ONNX,
         einsum::ONNX,
@@ -143,7 +145,21 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         | Op::ScatterElements { .. } => &indexed::FAMILY,
         Op::NonZero => &nonzero::FAMILY,
         Op::NonMaxSuppression { .. } => &nms::FAMILY,
+        Op::RoiAlign { .. } => &roi_align::FAMILY,
     }
+}
+
+/// The message when the wgpu executor cannot run `op` whatever its shapes (an operator with a CPU
+/// kernel only), so that a wgpu session refuses the model when it is created, not at its first
+/// request. The operator list in `docs/engine.md` shows these as "CPU".
+pub(crate) fn wgpu_refusal(op: &Op) -> Option<&'static str> {
+    let f = family(op);
+    let cpu_only = (std::ptr::eq(f, &indexed::FAMILY) && indexed::CPU_ONLY.contains(&op.name()))
+        || std::ptr::eq(f, &roi_align::FAMILY);
+    cpu_only.then_some(
+        "runs on the CPU executor only; serve this model with a KIND_CPU instance group (or the CPU \
+         executor)",
+    )
 }
 
 /// Resolve `op` for inputs `ins`; `n_out` is the node's output count.

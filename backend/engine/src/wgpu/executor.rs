@@ -64,6 +64,20 @@ impl std::fmt::Debug for WgpuExecutor {
 impl WgpuExecutor {
     /// Opens (or shares) the device for `choice`.
     pub(crate) fn new(model: Arc<Model>, plan_cache_size: usize, choice: &AdapterChoice) -> Result<Self> {
+        // a model with an operator this executor never runs is refused now, when it is loaded,
+        // rather than at its first request
+        if let Some((n, why)) = model
+            .graph()
+            .nodes
+            .iter()
+            .find_map(|n| crate::ops::wgpu_refusal(&n.op).map(|why| (n, why)))
+        {
+            return Err(EngineError::unsupported(format!(
+                "node '{}' ({}) {why}",
+                n.name,
+                n.op.name()
+            )));
+        }
         let ctx = GpuContext::shared(&request(choice))?;
         tracing::debug!(adapter = %ctx.dev.info.name, ?choice, "wgpu session");
         Ok(Self {
