@@ -114,3 +114,58 @@ fn an_unknown_contrib_opset_is_refused_naming_the_operator() {
         "{msg}"
     );
 }
+
+/// The generated graph `case` with its node changed by `edit`, loaded.
+fn load_edited(
+    case: &str,
+    edit: impl FnOnce(&mut infergate_engine::onnx::proto::NodeProto),
+) -> infergate_engine::Result<Model> {
+    let bytes = std::fs::read(graphs().join(case).join("model.onnx")).unwrap();
+    let mut m =
+        <infergate_engine::onnx::proto::ModelProto as prost::Message>::decode(bytes.as_slice()).unwrap();
+    edit(&mut m.graph.as_mut().unwrap().node[0]);
+    Model::from_bytes(&prost::Message::encode_to_vec(&m), None)
+}
+
+/// Forms of the new contrib operators the engine does not run are refused at load, naming the
+/// operator, the attribute or input, and what to do instead.
+#[test]
+fn unsupported_forms_of_the_new_contrib_operators_are_refused_at_load() {
+    use infergate_engine::onnx::proto::{AttributeProto, attribute_type};
+    let packed = load_edited("rotary_embedding", |n| {
+        n.attribute.push(AttributeProto {
+            name: "is_packed_batching".into(),
+            r#type: attribute_type::INT,
+            i: 1,
+            ..Default::default()
+        });
+    })
+    .unwrap_err();
+    assert_eq!(
+        packed.kind(),
+        infergate_engine::ErrorKind::Unsupported,
+        "{packed}"
+    );
+    assert!(
+        packed.to_string().contains("RotaryEmbedding") && packed.to_string().contains("is_packed_batching"),
+        "{packed}"
+    );
+    // segment ids without a segment table
+    let half = load_edited("embed_layer_norm", |n| n.input[4] = String::new()).unwrap_err();
+    let msg = half.to_string();
+    assert!(
+        msg.contains("EmbedLayerNormalization")
+            && msg.contains("segment_embedding")
+            && msg.contains("give both"),
+        "{msg}"
+    );
+    let odd = load_edited("rotary_embedding_partial", |n| {
+        for a in &mut n.attribute {
+            if a.name == "rotary_embedding_dim" {
+                a.i = 3;
+            }
+        }
+    })
+    .unwrap_err();
+    assert!(odd.to_string().contains("rotary_embedding_dim=3"), "{odd}");
+}
