@@ -38,13 +38,6 @@ test_scatternd_add: ScatterND runs on the CPU executor only (updates apply in in
 test_scatternd_max: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_scatternd_min: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_scatternd_multiply: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
-test_scatter_elements_with_axis: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
-test_scatter_elements_with_duplicate_indices: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
-test_scatter_elements_with_negative_indices: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
-test_scatter_elements_with_reduction_max: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
-test_scatter_elements_with_reduction_min: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
-test_scatter_elements_with_reduction_mul: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
-test_scatter_elements_without_axis: ScatterElements runs on the CPU executor only (updates apply in index order, duplicates combine); the executor refuses it naming the node and KIND_CPU
 test_roialign_aligned_false: RoiAlign runs on the CPU executor only; the executor refuses it when the session is created, naming the node and KIND_CPU
 test_roialign_aligned_true: RoiAlign runs on the CPU executor only; the executor refuses it when the session is created, naming the node and KIND_CPU
 test_roialign_mode_max: RoiAlign runs on the CPU executor only; the executor refuses it when the session is created, naming the node and KIND_CPU
@@ -78,16 +71,12 @@ fn onnx_node_tests_on_wgpu() {
     );
 }
 
-/// A model with an operator the wgpu executor never runs (RoiAlign, ScatterND, ScatterElements) is
+/// A model with an operator the wgpu executor never runs (RoiAlign, ScatterND) is
 /// refused when its session is created, as a load error naming the node and KIND_CPU, not at its first
 /// request.
 #[test]
 fn cpu_only_operators_are_refused_when_the_wgpu_session_is_created() {
-    for test in [
-        "test_roialign_aligned_true",
-        "test_scatter_elements_with_axis",
-        "test_scatternd",
-    ] {
+    for test in ["test_roialign_aligned_true", "test_scatternd"] {
         let model = Arc::new(Model::load(node_test_root().join(test).join("model.onnx")).unwrap());
         let options = SessionOptions {
             executor: ExecutorKind::Wgpu(AdapterChoice::Auto),

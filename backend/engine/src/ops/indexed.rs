@@ -2,9 +2,10 @@
 //!
 //! ONNX conversion, shape inference, CPU execution and wgpu lowering of these operators. The wgpu
 //! executor runs them with existing kernels (a constant mask, a triangular matrix product, an
-//! element-wise comparison, a gather of slices), except ScatterND and ScatterElements, which it
-//! refuses naming the node (their updates apply in index order, and duplicates combine; a model that
-//! needs them is served by a KIND_CPU instance group).
+//! element-wise comparison, a gather of slices) and a kernel of its own for ScatterElements (one
+//! invocation per output element, looping along the indices' axis, so duplicates combine in index
+//! order), except ScatterND, which it refuses naming the node (its updates apply in index order; a
+//! model that needs it is served by a KIND_CPU instance group).
 
 use super::prelude::*;
 use crate::cpu::indexed;
@@ -12,7 +13,7 @@ use crate::ir::ScatterReduction;
 use crate::wgpu::DType;
 use crate::wgpu::expr::{BinaryOp, EwNode, EwProgram};
 use crate::wgpu::host_type;
-use crate::wgpu::kernels::{copy, elementwise, gather, matmul};
+use crate::wgpu::kernels::{copy, elementwise, gather, matmul, scatter};
 
 /// The ONNX operators this module converts.
 pub(super) static ONNX: &[OnnxOp] = &[
@@ -26,7 +27,7 @@ pub(super) static ONNX: &[OnnxOp] = &[
 
 /// The operators of this module the wgpu executor refuses (for the generated operator list).
 #[cfg_attr(not(test), allow(dead_code))]
-pub(super) const CPU_ONLY: &[&str] = &["ScatterND", "ScatterElements"];
+pub(super) const CPU_ONLY: &[&str] = &["ScatterND"];
 
 /// The IR ops of this module: CumSum, Trilu, OneHot, GatherNd, ScatterNd, ScatterElements.
 pub(super) static FAMILY: Family = Family {
@@ -467,10 +468,15 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             "ScatterND runs on the CPU executor only (its updates apply in index order); serve this model \
              with a KIND_CPU instance group",
         )),
-        Op::ScatterElements { .. } => Err(GpuError::unsupported(
-            "ScatterElements runs on the CPU executor only (its updates apply in index order and duplicates \
-             combine); serve this model with a KIND_CPU instance group",
-        )),
+        Op::ScatterElements { axis, reduction } => {
+            let data = c.input(n, 0)?;
+            let idx = c.input(n, 1)?;
+            let upd = c.input(n, 2)?;
+            let name = c.out_name(n, 0);
+            let y =
+                scatter::scatter_elements(&mut c.b, &name, &data, &idx, &upd, *axis as usize, *reduction)?;
+            c.set(n, 0, y)
+        }
         other => Err(gpu_wrong_family(other, "indexed")),
     }
 }

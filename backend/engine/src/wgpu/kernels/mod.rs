@@ -9,6 +9,7 @@ pub(crate) mod pool;
 pub(crate) mod quant;
 pub(crate) mod reduce;
 pub(crate) mod rnn;
+pub(crate) mod scatter;
 
 /// Every kernel file with its name, for the naga validation test.
 #[cfg(test)]
@@ -35,6 +36,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("igemm", quant::WGSL_IGEMM),
     ("iconv", quant::WGSL_ICONV),
     ("requantize", quant::WGSL_REQUANTIZE),
+    ("scatter", scatter::WGSL),
 ];
 
 /// Representative specialisations of every kernel, for the naga test.
@@ -50,5 +52,6 @@ pub(crate) fn variants() -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::templ
     v.extend(reduce::variants()?);
     v.extend(rnn::variants()?);
     v.extend(quant::variants()?);
+    v.extend(scatter::variants()?);
     Ok(v)
 }
