@@ -38,9 +38,6 @@ test_scatternd_add: ScatterND runs on the CPU executor only (updates apply in in
 test_scatternd_max: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_scatternd_min: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_scatternd_multiply: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
-test_roialign_aligned_false: RoiAlign runs on the CPU executor only; the executor refuses it when the session is created, naming the node and KIND_CPU
-test_roialign_aligned_true: RoiAlign runs on the CPU executor only; the executor refuses it when the session is created, naming the node and KIND_CPU
-test_roialign_mode_max: RoiAlign runs on the CPU executor only; the executor refuses it when the session is created, naming the node and KIND_CPU
 test_affine_grid_2d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_2d_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_3d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
@@ -71,12 +68,12 @@ fn onnx_node_tests_on_wgpu() {
     );
 }
 
-/// A model with an operator the wgpu executor never runs (RoiAlign, ScatterND) is
+/// A model with an operator the wgpu executor never runs (ScatterND) is
 /// refused when its session is created, as a load error naming the node and KIND_CPU, not at its first
 /// request.
 #[test]
 fn cpu_only_operators_are_refused_when_the_wgpu_session_is_created() {
-    for test in ["test_roialign_aligned_true", "test_scatternd"] {
+    for test in ["test_scatternd", "test_scatternd_add"] {
         let model = Arc::new(Model::load(node_test_root().join(test).join("model.onnx")).unwrap());
         let options = SessionOptions {
             executor: ExecutorKind::Wgpu(AdapterChoice::Auto),

@@ -154,8 +154,7 @@ pub(crate) fn family(op: &Op) -> &'static Family {
 /// request. The operator list in `docs/engine.md` shows these as "CPU".
 pub(crate) fn wgpu_refusal(op: &Op) -> Option<&'static str> {
     let f = family(op);
-    let cpu_only = (std::ptr::eq(f, &indexed::FAMILY) && indexed::CPU_ONLY.contains(&op.name()))
-        || std::ptr::eq(f, &roi_align::FAMILY);
+    let cpu_only = std::ptr::eq(f, &indexed::FAMILY) && indexed::CPU_ONLY.contains(&op.name());
     cpu_only.then_some(
         "runs on the CPU executor only; serve this model with a KIND_CPU instance group (or the CPU \
          executor)",

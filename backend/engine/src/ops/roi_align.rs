@@ -1,12 +1,14 @@
 //! RoiAlign (opsets 10 and 16): the regions of interest of a detector's second stage, pooled to a
 //! fixed size with bilinear samples.
 //!
-//! CPU only: the kernel (`cpu/roi_align.rs`) follows onnxruntime's loops. The wgpu executor refuses
-//! the node naming it and KIND_CPU. Opset 10 has no coordinate_transformation_mode and computes what
-//! opset 16 calls output_half_pixel; opset 16's default is half_pixel.
+//! The CPU kernel (`cpu/roi_align.rs`) follows onnxruntime's loops; the wgpu kernel
+//! (`wgpu/kernels/roi_align.wgsl`) computes each output element the same way, in the same order.
+//! Opset 10 has no coordinate_transformation_mode and computes what opset 16 calls
+//! output_half_pixel; opset 16's default is half_pixel.
 
 use super::prelude::*;
 use crate::cpu::roi_align::{RoiAlignParams, roi_align};
+use crate::wgpu::kernels;
 
 /// The ONNX operators this module converts.
 pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("RoiAlign", 10, convert, &FAMILY)];
@@ -149,11 +151,30 @@ fn cpu(
     Ok(vec![back(dtype, y)])
 }
 
-fn wgpu(_c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
-    match &n.op {
-        Op::RoiAlign { .. } => Err(GpuError::unsupported(
-            "RoiAlign runs on the CPU executor only; serve this model with a KIND_CPU instance group",
-        )),
-        other => Err(gpu_wrong_family(other, "roi_align")),
-    }
+fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
+    let Op::RoiAlign {
+        max,
+        output_height,
+        output_width,
+        sampling_ratio,
+        spatial_scale,
+        half_pixel,
+    } = &n.op
+    else {
+        return Err(gpu_wrong_family(&n.op, "roi_align"));
+    };
+    let x = c.input(n, 0)?;
+    let rois = c.input(n, 1)?;
+    let batch = c.input(n, 2)?;
+    let name = c.out_name(n, 0);
+    let params = RoiAlignParams {
+        max: *max,
+        output_height: *output_height,
+        output_width: *output_width,
+        sampling_ratio: *sampling_ratio,
+        spatial_scale: *spatial_scale,
+        half_pixel: *half_pixel,
+    };
+    let y = kernels::roi_align::roi_align(&mut c.b, &name, &x, &rois, &batch, params)?;
+    c.set(n, 0, y)
 }

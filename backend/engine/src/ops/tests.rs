@@ -16,9 +16,8 @@ fn supported_operators_table() -> String {
             let domain = if o.domain.is_empty() { "ai.onnx" } else { o.domain };
             let runs = if o.family.plan_time {
                 "when the plan is built"
-            } else if (std::ptr::eq(o.family, &super::indexed::FAMILY)
-                && super::indexed::CPU_ONLY.contains(&o.op_type))
-                || std::ptr::eq(o.family, &super::roi_align::FAMILY)
+            } else if std::ptr::eq(o.family, &super::indexed::FAMILY)
+                && super::indexed::CPU_ONLY.contains(&o.op_type)
             {
                 // the operators `ops::wgpu_refusal` names
                 "CPU"

@@ -9,6 +9,7 @@ pub(crate) mod pool;
 pub(crate) mod quant;
 pub(crate) mod reduce;
 pub(crate) mod rnn;
+pub(crate) mod roi_align;
 pub(crate) mod scatter;
 
 /// Every kernel file with its name, for the naga validation test.
@@ -37,6 +38,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("iconv", quant::WGSL_ICONV),
     ("requantize", quant::WGSL_REQUANTIZE),
     ("scatter", scatter::WGSL),
+    ("roi_align", roi_align::WGSL),
 ];
 
 /// Representative specialisations of every kernel, for the naga test.
@@ -53,5 +55,6 @@ pub(crate) fn variants() -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::templ
     v.extend(rnn::variants()?);
     v.extend(quant::variants()?);
     v.extend(scatter::variants()?);
+    v.extend(roi_align::variants()?);
     Ok(v)
 }
