@@ -4,7 +4,9 @@
 //! Tolerance: rtol 1e-3, atol 1e-5. onnxruntime evaluates erf and tanh with its own polynomial
 //! approximations, so GELU outputs near zero differ from ours in the sixth decimal; the normalisations,
 //! products and rotations agree far closer than that. Integer outputs (EmbedLayerNormalization's
-//! mask_index) must be equal.
+//! mask_index) must be equal; quantized outputs (QLinearAdd, QLinearMul) within one quantization step
+//! (see [`QUANTIZED_CASES`]). DynamicQuantizeMatMul's float output uses the float tolerance: its
+//! integer product is exact and its scaling follows onnxruntime's order.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use infergate_engine::{AdapterChoice, ExecutorKind, Model};
-use support::conformance::run_one_within;
+use support::conformance::{run_one_within, run_one_within_steps};
 
 const CASES: &[&str] = &[
     "fast_gelu",
@@ -46,6 +48,31 @@ const CASES: &[&str] = &[
     "rotary_embedding_offset",
     "rotary_embedding_4d",
     "rotary_embedding_partial",
+    "fused_conv_relu",
+    "fused_conv_tanh",
+    "fused_conv_sigmoid",
+    "fused_conv_leakyrelu",
+    "fused_conv_clip",
+    "fused_conv_hardsigmoid",
+    "fused_conv_sum",
+    "fused_conv_sum_no_bias",
+    "fused_conv_no_activation",
+    "fused_conv_1d_grouped",
+    "dynamic_quantize_matmul_i8",
+    "dynamic_quantize_matmul_u8_per_column_bias",
+    "dynamic_quantize_matmul_no_zero_point",
+];
+
+/// Quantized outputs (UINT8/INT8), compared within one quantization step: onnxruntime folds the
+/// scales into f32 ratios before it rounds, the engine dequantizes, computes and quantizes, so a
+/// value within an f32 rounding error of a half step may round to the neighbouring step.
+const QUANTIZED_CASES: &[&str] = &[
+    "qlinear_add_u8",
+    "qlinear_add_i8",
+    "qlinear_add_no_c_zero_point",
+    "qlinear_mul_u8",
+    "qlinear_mul_i8",
+    "qlinear_mul_no_c_zero_point",
 ];
 
 /// The generated graphs (written once per test binary).
@@ -72,6 +99,11 @@ fn run_all(kind: ExecutorKind) {
     let mut failures = Vec::new();
     for case in CASES {
         if let Err(e) = run_one_within(&graphs().join(case), &kind, 1e-3, 1e-5) {
+            failures.push(format!("{case}: {e}"));
+        }
+    }
+    for case in QUANTIZED_CASES {
+        if let Err(e) = run_one_within_steps(&graphs().join(case), &kind, 0.0, 0.0, 1) {
             failures.push(format!("{case}: {e}"));
         }
     }
@@ -168,4 +200,27 @@ fn unsupported_forms_of_the_new_contrib_operators_are_refused_at_load() {
     })
     .unwrap_err();
     assert!(odd.to_string().contains("rotary_embedding_dim=3"), "{odd}");
+    // an activation onnxruntime's optimiser does not fuse into FusedConv
+    let elu = load_edited("fused_conv_relu", |n| {
+        for a in &mut n.attribute {
+            if a.name == "activation" {
+                a.s = b"Elu".to_vec();
+            }
+        }
+    })
+    .unwrap_err();
+    assert_eq!(elu.kind(), infergate_engine::ErrorKind::Unsupported, "{elu}");
+    assert!(
+        elu.to_string().contains("FusedConv") && elu.to_string().contains("\"Elu\""),
+        "{elu}"
+    );
+    // LeakyRelu without its alpha
+    let bare = load_edited("fused_conv_leakyrelu", |n| {
+        n.attribute.retain(|a| a.name != "activation_params");
+    })
+    .unwrap_err();
+    assert!(
+        bare.to_string().contains("LeakyRelu takes 1 activation_params"),
+        "{bare}"
+    );
 }

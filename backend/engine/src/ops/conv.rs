@@ -36,18 +36,7 @@ fn convert(
     let ins = inputs.to_vec();
     let op = n.op_type.as_str();
     match op {
-        "Conv" => Ok(Converted::Node(
-            Op::Conv {
-                kernel_shape: a.usizes("kernel_shape")?,
-                strides: a.usizes("strides")?,
-                pads: a.usizes("pads")?,
-                dilations: a.usizes("dilations")?,
-                group: a.int("group", 1)?.max(1) as usize,
-                auto_pad: auto_pad(&a.string("auto_pad", "NOTSET")?)?,
-                activation: Default::default(),
-            },
-            ins,
-        )),
+        "Conv" => Ok(Converted::Node(conv_op(a)?, ins)),
         "ConvTranspose" => Ok(Converted::Node(
             Op::ConvTranspose {
                 kernel_shape: a.usizes("kernel_shape")?,
@@ -63,6 +52,19 @@ fn convert(
         )),
         other => Err(not_registered(other)),
     }
+}
+
+/// The IR Conv of an ONNX Conv's attributes (also com.microsoft FusedConv's, which has the same ones).
+pub(super) fn conv_op(a: &Attrs<'_>) -> Result<Op> {
+    Ok(Op::Conv {
+        kernel_shape: a.usizes("kernel_shape")?,
+        strides: a.usizes("strides")?,
+        pads: a.usizes("pads")?,
+        dilations: a.usizes("dilations")?,
+        group: a.int("group", 1)?.max(1) as usize,
+        auto_pad: auto_pad(&a.string("auto_pad", "NOTSET")?)?,
+        activation: Default::default(),
+    })
 }
 
 fn param_input(_op: &Op, _i: usize) -> bool {

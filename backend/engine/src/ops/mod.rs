@@ -12,10 +12,12 @@ mod constant;
 mod contrib;
 mod control;
 mod conv;
+mod dynamic_quantize_matmul;
 mod einsum;
 mod elementwise;
 mod embed_norm;
 mod exec;
+mod fused_conv;
 mod fused_matmul;
 mod group_norm;
 mod indexed;
@@ -29,6 +31,7 @@ mod norm;
 mod onnx;
 mod pool;
 mod prelude;
+mod qlinear_binary;
 mod quant;
 mod reduce;
 mod reshape;
@@ -96,8 +99,11 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         skip_norm::ONNX,
         attention::ONNX,
         embed_norm::ONNX,
+        fused_conv::ONNX,
         fused_matmul::ONNX,
         rotary::ONNX,
+        qlinear_binary::ONNX,
+        dynamic_quantize_matmul::ONNX,
     ]
     .into_iter()
     .flatten()

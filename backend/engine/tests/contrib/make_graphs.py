@@ -117,6 +117,8 @@ def main():
     simplified_layer_norm(out)
     fused_matmul(out)
     rotary_embedding(out)
+    fused_conv(out)
+    quantized(out)
 
 
 def embed_layer_norm(out):
@@ -167,6 +169,66 @@ def fused_matmul(out):
     case(out, "fused_matmul_trans_batch_a_trans_a", "FusedMatMul",
          [("a", f32(5, 2, 3, 4, scale=1.0)), ("b", f32(2, 3, 5, 6, scale=1.0))], ["y"],
          {"transBatchA": 1, "transA": 1, "alpha": 2.0})
+
+
+def fused_conv(out):
+    """FusedConv: each activation onnxruntime accepts, with its activation_params; the Z sum input, with
+    and without a bias; a strided, padded, grouped 1-D case."""
+    x, w, b = f32(2, 4, 7, 6, scale=1.0), f32(6, 4, 3, 3, scale=0.5), f32(6, scale=0.5)
+    conv = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    for act, params in [("Relu", None), ("Tanh", None), ("Sigmoid", None), ("LeakyRelu", [0.1]),
+                        ("Clip", [-0.5, 1.5]), ("HardSigmoid", [0.3, 0.4])]:
+        attrs = dict(conv, activation=act)
+        if params:
+            attrs["activation_params"] = params
+        case(out, f"fused_conv_{act.lower()}", "FusedConv", [("x", x), ("w", w), ("b", b)], ["y"], attrs)
+    z = f32(2, 6, 7, 6, scale=1.0)
+    case(out, "fused_conv_sum", "FusedConv", [("x", x), ("w", w), ("b", b), ("z", z)], ["y"],
+         dict(conv, activation="Relu"))
+    case(out, "fused_conv_sum_no_bias", "FusedConv", [("x", x), ("w", w), ("", None), ("z", z)], ["y"],
+         dict(conv, activation="Relu"))
+    case(out, "fused_conv_no_activation", "FusedConv", [("x", x), ("w", w), ("b", b)], ["y"], conv)
+    case(out, "fused_conv_1d_grouped", "FusedConv",
+         [("x", f32(1, 4, 9, scale=1.0)), ("w", f32(4, 2, 3, scale=0.5))], ["y"],
+         {"kernel_shape": [3], "strides": [2], "pads": [1, 0], "group": 2, "activation": "LeakyRelu",
+          "activation_params": [0.2]})
+
+
+def quantized(out):
+    """QLinearAdd and QLinearMul (UINT8 and INT8, broadcasting, zero points left out) and
+    DynamicQuantizeMatMul (INT8 and UINT8 B, per-tensor and per-column scales, bias)."""
+    def q(dtype, *shape):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+    def s(v):
+        return np.array(v, dtype=np.float32)
+
+    for op in ["QLinearAdd", "QLinearMul"]:
+        base = op[len("QLinear"):].lower()
+        for dtype, tag, zeros in [(np.uint8, "u8", (128, 120, 131)), (np.int8, "i8", (-3, 5, 2))]:
+            za, zb, zc = (np.array(z, dtype=dtype) for z in zeros)
+            sc = s(0.05) if op == "QLinearAdd" else s(0.6)
+            case(out, f"qlinear_{base}_{tag}", op,
+                 [("a", q(dtype, 2, 3, 8)), ("a_scale", s(0.02)), ("a_zero", za), ("b", q(dtype, 3, 8)),
+                  ("b_scale", s(0.03)), ("b_zero", zb), ("c_scale", sc), ("c_zero", zc)],
+                 ["c"], out_types={"c": helper.np_dtype_to_tensor_dtype(np.dtype(dtype))})
+        # onnxruntime 1.20's type inference refuses a left-out A or B zero point, so only C's is left out
+        case(out, f"qlinear_{base}_no_c_zero_point", op,
+             [("a", q(np.uint8, 2, 1, 8)), ("a_scale", s(0.02)), ("a_zero", np.array(3, dtype=np.uint8)),
+              ("b", q(np.uint8, 2, 5, 1)), ("b_scale", s(0.03)), ("b_zero", np.array(250, dtype=np.uint8)),
+              ("c_scale", s(0.05) if op == "QLinearAdd" else s(6.0))],
+             ["c"], out_types={"c": TensorProto.UINT8})
+    a = f32(2, 3, 16, scale=1.0)
+    case(out, "dynamic_quantize_matmul_i8", "DynamicQuantizeMatMul",
+         [("a", a), ("b", q(np.int8, 16, 5)), ("b_scale", s(0.01)), ("b_zero", np.array(0, dtype=np.int8))],
+         ["y"])
+    case(out, "dynamic_quantize_matmul_u8_per_column_bias", "DynamicQuantizeMatMul",
+         [("a", a), ("b", q(np.uint8, 16, 5)), ("b_scale", rng.uniform(0.005, 0.02, 5).astype(np.float32)),
+          ("b_zero", rng.integers(100, 150, 5).astype(np.uint8)), ("bias", f32(5))],
+         ["y"])
+    case(out, "dynamic_quantize_matmul_no_zero_point", "DynamicQuantizeMatMul",
+         [("a", f32(4, 16, scale=1.0)), ("b", q(np.int8, 16, 3)), ("b_scale", s(0.02))], ["y"])
 
 
 def rotary_embedding(out):

@@ -133,6 +133,18 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 
 /// Compare one output; returns a description of the first mismatch.
 pub fn compare(name: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {
+    compare_steps(name, got, want, rtol, atol, 0)
+}
+
+/// As [`compare`], and integer elements may differ by up to `steps`.
+pub fn compare_steps(
+    name: &str,
+    got: &Tensor,
+    want: &Tensor,
+    rtol: f64,
+    atol: f64,
+    steps: i64,
+) -> Result<(), String> {
     if got.dtype != want.dtype {
         return Err(format!(
             "output '{name}': dtype {} but expected {}",
@@ -166,8 +178,11 @@ pub fn compare(name: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) ->
         _ => {
             let g = got.to_i64_vec().map_err(|e| e.to_string())?;
             let w = want.to_i64_vec().map_err(|e| e.to_string())?;
-            if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
-                return Err(format!("output '{name}'[{i}]: got {}, expected {}", g[i], w[i]));
+            if let Some(i) = (0..g.len()).find(|&i| (g[i] - w[i]).abs() > steps) {
+                return Err(format!(
+                    "output '{name}'[{i}]: got {}, expected {} (within {steps})",
+                    g[i], w[i]
+                ));
             }
         }
     }
@@ -186,6 +201,18 @@ pub fn run_one(dir: &Path, kind: &ExecutorKind) -> Result<(), String> {
 
 /// Run one directory in the node-test layout, comparing outputs within `rtol` and `atol`.
 pub fn run_one_within(dir: &Path, kind: &ExecutorKind, rtol: f64, atol: f64) -> Result<(), String> {
+    run_one_within_steps(dir, kind, rtol, atol, 0)
+}
+
+/// As [`run_one_within`], and integer outputs may differ from the expected ones by up to `steps`
+/// (quantized outputs whose reference rounds a differently computed float: one quantization step).
+pub fn run_one_within_steps(
+    dir: &Path,
+    kind: &ExecutorKind,
+    rtol: f64,
+    atol: f64,
+    steps: i64,
+) -> Result<(), String> {
     let model = Model::load(dir.join("model.onnx")).map_err(|e| format!("load: {e}"))?;
     let model = Arc::new(model);
     let session = Session::new(
@@ -223,7 +250,7 @@ pub fn run_one_within(dir: &Path, kind: &ExecutorKind, rtol: f64, atol: f64) -> 
             return Err(format!("{} outputs, expected {}", got.len(), outs.len()));
         }
         for ((name, g), p) in got.iter().zip(&outs) {
-            compare(name, g, &read_pb(p)?, rtol, atol)?;
+            compare_steps(name, g, &read_pb(p)?, rtol, atol, steps)?;
         }
     }
     Ok(())
