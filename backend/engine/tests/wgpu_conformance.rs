@@ -42,6 +42,10 @@ test_affine_grid_2d_align_corners_expanded: the size input is a graph input, so 
 test_affine_grid_2d_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_3d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_3d_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
+test_gridsample_volumetric_bilinear_align_corners_0: volumetric (5-D) GridSample; only 4-D inputs are supported and the 5-D form is refused naming the rank
+test_gridsample_volumetric_bilinear_align_corners_1: volumetric (5-D) GridSample; only 4-D inputs are supported and the 5-D form is refused naming the rank
+test_gridsample_volumetric_nearest_align_corners_0: volumetric (5-D) GridSample; only 4-D inputs are supported and the 5-D form is refused naming the rank
+test_gridsample_volumetric_nearest_align_corners_1: volumetric (5-D) GridSample; only 4-D inputs are supported and the 5-D form is refused naming the rank
 ";
 
 #[test]

@@ -10,6 +10,7 @@ pub(crate) mod elementwise;
 pub(crate) mod epilogue;
 mod fastmath;
 mod gemm;
+pub(crate) mod grid_sample;
 pub(crate) mod indexed;
 mod inline;
 pub(crate) mod matmul;

@@ -391,6 +391,7 @@ fn output_sample(
         | Op::NonZero
         | Op::NonMaxSuppression { .. }
         | Op::RoiAlign { .. }
+        | Op::GridSample { .. }
         | Op::Lstm { .. }
         | Op::Gru { .. }
         | Op::Flatten { .. }

@@ -7,8 +7,8 @@ mod quant;
 use std::collections::BTreeMap;
 
 pub use op::{
-    AutoPad, BinaryOp, CoordTransform, Epilogue, EpilogueStep, NearestMode, Op, PadMode, ReduceOp,
-    ResizeMode, RnnActivation, RnnAttrs, RnnDirection, ScatterReduction, UnaryOp,
+    AutoPad, BinaryOp, CoordTransform, Epilogue, EpilogueStep, GridMode, GridPadding, NearestMode, Op,
+    PadMode, ReduceOp, ResizeMode, RnnActivation, RnnAttrs, RnnDirection, ScatterReduction, UnaryOp,
 };
 pub use quant::{ConvWindow, QuantOp};
 

@@ -538,6 +538,16 @@ pub enum Op {
         /// also makes regions at least 1 × 1)
         half_pixel: bool,
     },
+    /// `[x, grid]` → `[y]`: ONNX GridSample over 4-D inputs. x is `[N, C, H, W]`, grid `[N, Ho, Wo, 2]`
+    /// of normalised `(x, y)` sample positions in `[-1, 1]`; y is `[N, C, Ho, Wo]`.
+    GridSample {
+        /// how a sample is interpolated
+        mode: GridMode,
+        /// what a sample outside the input reads
+        padding: GridPadding,
+        /// −1 and 1 are the centres of the corner pixels (else their outer edges)
+        align_corners: bool,
+    },
 
     // ----- reductions -----
     /// `[x, axes?]` → `[y]`. Concrete: `[x]`, `axes` sorted and normalised; empty axes with
@@ -870,6 +880,7 @@ impl Op {
             Op::ScatterNd { .. } => "ScatterND",
             Op::NonZero => "NonZero",
             Op::RoiAlign { .. } => "RoiAlign",
+            Op::GridSample { .. } => "GridSample",
             Op::ScatterElements { .. } => "ScatterElements",
             Op::NonMaxSuppression { .. } => "NonMaxSuppression",
             Op::Lstm { .. } => "LSTM",
@@ -878,4 +889,26 @@ impl Op {
             Op::If { .. } => "If",
         }
     }
+}
+
+/// GridSample's interpolation (opset 16 names bilinear/bicubic, opset 20 linear/cubic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GridMode {
+    /// the four neighbours, weighted by distance
+    Linear,
+    /// the nearest pixel (ties to even)
+    Nearest,
+    /// the 4 × 4 neighbours with cubic convolution weights (A = −0.75)
+    Cubic,
+}
+
+/// GridSample's padding_mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GridPadding {
+    /// 0 outside the input
+    Zeros,
+    /// the nearest border pixel
+    Border,
+    /// the input mirrored at its borders
+    Reflection,
 }

@@ -19,6 +19,7 @@ mod embed_norm;
 mod exec;
 mod fused_conv;
 mod fused_matmul;
+mod grid_sample;
 mod group_norm;
 mod indexed;
 mod infer;
@@ -92,6 +93,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         nonzero::ONNX,
         nms::ONNX,
         roi_align::ONNX,
+        grid_sample::ONNX,
         lrn::ONNX,
         group_norm::ONNX,
         einsum::ONNX,
@@ -152,6 +154,7 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         Op::NonZero => &nonzero::FAMILY,
         Op::NonMaxSuppression { .. } => &nms::FAMILY,
         Op::RoiAlign { .. } => &roi_align::FAMILY,
+        Op::GridSample { .. } => &grid_sample::FAMILY,
     }
 }
 

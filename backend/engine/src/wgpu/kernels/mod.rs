@@ -4,6 +4,7 @@ pub(crate) mod conv;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
+pub(crate) mod grid_sample;
 pub(crate) mod matmul;
 pub(crate) mod pool;
 pub(crate) mod quant;
@@ -39,6 +40,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("requantize", quant::WGSL_REQUANTIZE),
     ("scatter", scatter::WGSL),
     ("roi_align", roi_align::WGSL),
+    ("grid_sample", grid_sample::WGSL),
 ];
 
 /// Representative specialisations of every kernel, for the naga test.
@@ -56,5 +58,6 @@ pub(crate) fn variants() -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::templ
     v.extend(quant::variants()?);
     v.extend(scatter::variants()?);
     v.extend(roi_align::variants()?);
+    v.extend(grid_sample::variants()?);
     Ok(v)
 }
