@@ -1,5 +1,6 @@
 //! onnxruntime's `com.microsoft` operators (the fused transformer ops its optimiser writes) against
-//! onnxruntime itself, on tiny graphs built with `onnx.helper` (`tests/contrib/make_graphs.py`).
+//! onnxruntime itself, on tiny graphs built with `onnx.helper` (`tests/contrib/make_graphs.py`); also
+//! ONNX RNN in the forms its node tests leave out.
 //!
 //! Tolerance: rtol 1e-3, atol 1e-5. onnxruntime evaluates erf and tanh with its own polynomial
 //! approximations, so GELU outputs near zero differ from ours in the sixth decimal; the normalisations,
@@ -61,6 +62,9 @@ const CASES: &[&str] = &[
     "dynamic_quantize_matmul_i8",
     "dynamic_quantize_matmul_u8_per_column_bias",
     "dynamic_quantize_matmul_no_zero_point",
+    "rnn_reverse",
+    "rnn_bidirectional_lengths",
+    "rnn_clip_no_bias",
 ];
 
 /// Quantized outputs (UINT8/INT8), compared within one quantization step: onnxruntime folds the
@@ -222,5 +226,37 @@ fn unsupported_forms_of_the_new_contrib_operators_are_refused_at_load() {
     assert!(
         bare.to_string().contains("LeakyRelu takes 1 activation_params"),
         "{bare}"
+    );
+}
+
+/// ONNX RNN forms the engine cannot build its constant gates for are refused at load, naming the
+/// attribute and what to give instead.
+#[test]
+fn rnn_without_hidden_size_or_with_a_bad_clip_is_refused() {
+    let bare = load_edited("rnn_clip_no_bias", |n| {
+        n.attribute.retain(|a| a.name != "hidden_size");
+    })
+    .unwrap_err();
+    assert_eq!(bare.kind(), infergate_engine::ErrorKind::Unsupported, "{bare}");
+    assert!(
+        bare.to_string().contains("RNN") && bare.to_string().contains("give hidden_size"),
+        "{bare}"
+    );
+    let negative = load_edited("rnn_clip_no_bias", |n| {
+        for a in &mut n.attribute {
+            if a.name == "clip" {
+                a.f = -0.5;
+            }
+        }
+    })
+    .unwrap_err();
+    assert_eq!(
+        negative.kind(),
+        infergate_engine::ErrorKind::InvalidInput,
+        "{negative}"
+    );
+    assert!(
+        negative.to_string().contains("clip=-0.5") && negative.to_string().contains("positive"),
+        "{negative}"
     );
 }

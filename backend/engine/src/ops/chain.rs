@@ -129,6 +129,12 @@ impl<'c, 'g> Chain<'c, 'g> {
         Converted::Chain(self.nodes, op, inputs.iter().copied().map(Some).collect())
     }
 
+    /// As [`Chain::finish`] with optional inputs (`None`: an optional input left out, which keeps
+    /// the positions of those after it).
+    pub(crate) fn finish_optional(self, op: Op, inputs: Vec<Option<ValueId>>) -> Converted {
+        Converted::Chain(self.nodes, op, inputs)
+    }
+
     /// As [`Chain::finish`], and node output `i` is a copy of value `v` for each `(i, v)` of
     /// `copies` (an intermediate the operator also returns, such as a residual sum).
     pub(crate) fn finish_with_copies(

@@ -40,6 +40,7 @@ mod resize;
 mod rnn;
 mod roi_align;
 mod rotary;
+mod simple_rnn;
 mod skip_norm;
 
 pub(crate) use exec::{In, Prepared, eval_host, run_cpu};
@@ -88,6 +89,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         movement::ONNX,
         resize::ONNX,
         rnn::ONNX,
+        simple_rnn::ONNX,
         quant::ONNX,
         indexed::ONNX,
         nonzero::ONNX,

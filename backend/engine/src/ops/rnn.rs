@@ -291,7 +291,7 @@ fn rnn_activation(name: &str, alpha: Option<f32>, beta: Option<f32>) -> Result<R
     })
 }
 
-fn rnn_attrs(a: &Attrs<'_>, defaults: &[&str]) -> Result<RnnAttrs> {
+pub(super) fn rnn_attrs(a: &Attrs<'_>, defaults: &[&str]) -> Result<RnnAttrs> {
     let direction = match a.string("direction", "forward")?.as_str() {
         "forward" => RnnDirection::Forward,
         "reverse" => RnnDirection::Reverse,

@@ -119,6 +119,7 @@ def main():
     rotary_embedding(out)
     fused_conv(out)
     quantized(out)
+    simple_rnn(out)
 
 
 def embed_layer_norm(out):
@@ -229,6 +230,29 @@ def quantized(out):
          ["y"])
     case(out, "dynamic_quantize_matmul_no_zero_point", "DynamicQuantizeMatMul",
          [("a", f32(4, 16, scale=1.0)), ("b", q(np.int8, 16, 3)), ("b_scale", s(0.02))], ["y"])
+
+
+def simple_rnn(out):
+    """ONNX RNN (default domain) in the forms its node tests leave out: reverse and bidirectional,
+    sequence_lens with initial_h, clip, Relu and per-direction activations (the batch-major layout is
+    test_simple_rnn_batchwise's; onnxruntime's CPU RNN refuses layout=1)."""
+    seq, batch, inp, hid = 5, 3, 4, 6
+
+    def weights(dirs):
+        return (f32(dirs, hid, inp, scale=0.5), f32(dirs, hid, hid, scale=0.5), f32(dirs, 2 * hid, scale=0.5))
+
+    x = f32(seq, batch, inp, scale=1.0)
+    w, r, b = weights(1)
+    case(out, "rnn_reverse", "RNN", [("x", x), ("w", w), ("r", r), ("b", b)], ["y", "y_h"],
+         {"hidden_size": hid, "direction": "reverse"}, domain="")
+    w2, r2, b2 = weights(2)
+    lens = np.array([5, 2, 4], dtype=np.int32)
+    h0 = f32(2, batch, hid, scale=0.5)
+    case(out, "rnn_bidirectional_lengths", "RNN",
+         [("x", x), ("w", w2), ("r", r2), ("b", b2), ("lens", lens), ("h0", h0)], ["y", "y_h"],
+         {"hidden_size": hid, "direction": "bidirectional", "activations": ["Relu", "Sigmoid"]}, domain="")
+    case(out, "rnn_clip_no_bias", "RNN", [("x", x), ("w", w), ("r", r)], ["y", "y_h"],
+         {"hidden_size": hid, "clip": 0.4}, domain="")
 
 
 def rotary_embedding(out):
