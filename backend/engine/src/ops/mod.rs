@@ -30,6 +30,7 @@ mod nms;
 mod nonzero;
 mod norm;
 mod onnx;
+mod onnx_attention;
 mod pool;
 mod prelude;
 mod qlinear_binary;
@@ -102,6 +103,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         contrib::ONNX,
         skip_norm::ONNX,
         attention::ONNX,
+        onnx_attention::ONNX,
         embed_norm::ONNX,
         fused_conv::ONNX,
         fused_matmul::ONNX,

@@ -65,6 +65,15 @@ fn string_attr(name: &str, v: &str) -> AttributeProto {
     }
 }
 
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INT,
+        i: v,
+        ..Default::default()
+    }
+}
+
 /// The load error of a one-graph model at `opset` with `nodes` over input `x` [2, 3, 3].
 fn load_error(opset: i64, nodes: Vec<NodeProto>, initializer: Vec<TensorProto>) -> crate::EngineError {
     let m = ModelProto {
@@ -118,6 +127,37 @@ fn einsum_with_a_diagonal_names_the_equation() {
     let einsum = node("Einsum", &["x"], "y", vec![string_attr("equation", "bii->bi")]);
     let e = load_error(13, vec![einsum], vec![]);
     assert_names(&e, &["Einsum_y", "Einsum", "equation='bii->bi'", "diagonal"]);
+}
+
+#[test]
+fn attention_with_a_double_softmax_names_the_precision() {
+    let attrs = vec![
+        int_attr("q_num_heads", 1),
+        int_attr("kv_num_heads", 1),
+        int_attr("softmax_precision", 11),
+    ];
+    let attention = node("Attention", &["x", "x", "x"], "y", attrs);
+    let e = load_error(23, vec![attention], vec![]);
+    assert_names(&e, &["Attention_y", "Attention", "softmax_precision=11", "FLOAT"]);
+}
+
+#[test]
+fn attention_with_a_causal_external_cache_names_the_inputs() {
+    let lens = TensorProto {
+        name: "lens".into(),
+        dims: vec![2],
+        data_type: 7,
+        raw_data: [3i64, 3].iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ..Default::default()
+    };
+    let attrs = vec![
+        int_attr("q_num_heads", 1),
+        int_attr("kv_num_heads", 1),
+        int_attr("is_causal", 1),
+    ];
+    let attention = node("Attention", &["x", "x", "x", "", "", "", "lens"], "y", attrs);
+    let e = load_error(24, vec![attention], vec![lens]);
+    assert_names(&e, &["Attention_y", "is_causal=1", "nonpad_kv_seqlen"]);
 }
 
 /// NonZero over values computed from a graph input: the input becomes a host input and each plan is

@@ -20,7 +20,7 @@ Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GR
 Sign Mish CastLike SpaceToDepth Mod
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 CumSum Trilu OneHot GatherND ScatterND NonZero LRN Upsample GroupNormalization Einsum RMSNormalization
-RotaryEmbedding NonMaxSuppression ScatterElements RoiAlign GridSample RNN
+RotaryEmbedding NonMaxSuppression ScatterElements RoiAlign GridSample RNN Attention
 """.split())
 
 
