@@ -49,6 +49,13 @@ const CASES: &[&str] = &[
     "rotary_embedding_offset",
     "rotary_embedding_4d",
     "rotary_embedding_partial",
+    "group_query_attention",
+    "group_query_attention_rotary",
+    "group_query_attention_rotary_interleaved",
+    "group_query_attention_softcap",
+    "group_query_attention_packed",
+    "group_query_attention_past_padded",
+    "group_query_attention_past_padded_rotary",
     "fused_conv_relu",
     "fused_conv_tanh",
     "fused_conv_sigmoid",
@@ -227,6 +234,110 @@ fn unsupported_forms_of_the_new_contrib_operators_are_refused_at_load() {
         bare.to_string().contains("LeakyRelu takes 1 activation_params"),
         "{bare}"
     );
+}
+
+/// GroupQueryAttention forms the decomposition does not compute exactly are refused at load, naming
+/// the attribute or input and what to export instead.
+#[test]
+fn unsupported_forms_of_group_query_attention_are_refused_at_load() {
+    use infergate_engine::onnx::proto::{AttributeProto, attribute_type};
+    let window = load_edited("group_query_attention", |n| {
+        n.attribute.push(AttributeProto {
+            name: "local_window_size".into(),
+            r#type: attribute_type::INT,
+            i: 4,
+            ..Default::default()
+        });
+    })
+    .unwrap_err();
+    assert_eq!(
+        window.kind(),
+        infergate_engine::ErrorKind::Unsupported,
+        "{window}"
+    );
+    let msg = window.to_string();
+    assert!(
+        msg.contains("GroupQueryAttention") && msg.contains("local_window_size=4") && msg.contains("-1"),
+        "{msg}"
+    );
+    let smooth = load_edited("group_query_attention", |n| {
+        n.attribute.push(AttributeProto {
+            name: "smooth_softmax".into(),
+            r#type: attribute_type::INT,
+            i: 1,
+            ..Default::default()
+        });
+    })
+    .unwrap_err();
+    assert_eq!(
+        smooth.kind(),
+        infergate_engine::ErrorKind::Unsupported,
+        "{smooth}"
+    );
+    assert!(smooth.to_string().contains("smooth_softmax=1"), "{smooth}");
+    // a later release's attention_bias (input 10), fed here from the query
+    let bias = load_edited("group_query_attention", |n| {
+        let q = n.input[0].clone();
+        n.input.extend(["".into(), "".into(), "".into(), q]);
+    })
+    .unwrap_err();
+    assert_eq!(bias.kind(), infergate_engine::ErrorKind::Unsupported, "{bias}");
+    assert!(
+        bias.to_string().contains("input 10") && bias.to_string().contains("attention_bias"),
+        "{bias}"
+    );
+}
+
+/// An LLM export's GroupQueryAttention has symbolic batch, sequence and past dims: the decomposition
+/// needs no host inputs (seqlens_k is request data, not a plan parameter) and gives the same outputs.
+#[test]
+fn group_query_attention_with_symbolic_dims_needs_no_host_inputs() {
+    let case = "group_query_attention_past_padded_rotary";
+    let src = graphs().join(case);
+    let bytes = std::fs::read(src.join("model.onnx")).unwrap();
+    let mut m =
+        <infergate_engine::onnx::proto::ModelProto as prost::Message>::decode(bytes.as_slice()).unwrap();
+    let graph = m.graph.as_mut().unwrap();
+    for input in &mut graph.input {
+        let Some(shape) = input
+            .r#type
+            .as_mut()
+            .and_then(|t| t.tensor_type.as_mut())
+            .and_then(|t| t.shape.as_mut())
+        else {
+            continue;
+        };
+        // batch, then seq (query, key, value) or kv heads and past (past_key, past_value)
+        let names: &[&str] = if input.name.starts_with("past") {
+            &["batch", "", "past"]
+        } else {
+            &["batch", "seq"]
+        };
+        for (d, name) in shape.dim.iter_mut().zip(names) {
+            if !name.is_empty() && !matches!(input.name.as_str(), "cos" | "sin" | "total") {
+                d.dim_value = None;
+                d.dim_param = Some((*name).into());
+            }
+        }
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("contrib-ops-symbolic")
+        .join(case);
+    let data = dir.join("test_data_set_0");
+    std::fs::create_dir_all(&data).unwrap();
+    let edited = prost::Message::encode_to_vec(&m);
+    std::fs::write(dir.join("model.onnx"), &edited).unwrap();
+    for f in std::fs::read_dir(src.join("test_data_set_0")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), data.join(f.file_name())).unwrap();
+    }
+    let model = Model::from_bytes(&edited, None).unwrap();
+    assert!(
+        model.host_inputs().is_empty(),
+        "host inputs {:?}",
+        model.host_inputs()
+    );
+    run_one_within(&dir, &ExecutorKind::Cpu, 1e-3, 1e-5).unwrap();
 }
 
 /// ONNX RNN forms the engine cannot build its constant gates for are refused at load, naming the

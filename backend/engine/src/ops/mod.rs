@@ -21,6 +21,7 @@ mod fused_conv;
 mod fused_matmul;
 mod grid_sample;
 mod group_norm;
+mod group_query_attention;
 mod indexed;
 mod infer;
 mod lrn;
@@ -104,6 +105,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         skip_norm::ONNX,
         attention::ONNX,
         onnx_attention::ONNX,
+        group_query_attention::ONNX,
         embed_norm::ONNX,
         fused_conv::ONNX,
         fused_matmul::ONNX,

@@ -247,7 +247,7 @@ fn convert(
 /// K or V `[batch, kv_heads, total, d]` with each head repeated for its group of query heads:
 /// `[batch, q_heads, total, d]`, the repeats `q_heads / kv_heads` read from the shapes when the plan
 /// is built.
-fn repeat_heads(chain: &mut Chain<'_, '_>, what: &str, x: ValueId, q4: ValueId) -> ValueId {
+pub(super) fn repeat_heads(chain: &mut Chain<'_, '_>, what: &str, x: ValueId, q4: ValueId) -> ValueId {
     let dims = |chain: &mut Chain<'_, '_>, step: &str, v: ValueId, start: i64, end: i64| {
         chain.push(
             &format!("{what}_{step}"),
@@ -443,7 +443,7 @@ fn total_len(g: &crate::ir::Graph, k: ValueId, past_key: Option<ValueId>, rank: 
     }
 }
 
-fn matmul() -> Op {
+pub(super) fn matmul() -> Op {
     Op::MatMul {
         trans_a: false,
         trans_b: false,
@@ -452,14 +452,14 @@ fn matmul() -> Op {
 }
 
 /// `[batch, seq, heads, d]` ↔ `[batch, heads, seq, d]`.
-fn transpose_heads() -> Op {
+pub(super) fn transpose_heads() -> Op {
     Op::Transpose {
         perm: vec![0, 2, 1, 3],
     }
 }
 
 /// Dim `axis` of `v` when the model fixes it.
-fn fixed_dim(g: &crate::ir::Graph, v: ValueId, axis: usize) -> Option<usize> {
+pub(super) fn fixed_dim(g: &crate::ir::Graph, v: ValueId, axis: usize) -> Option<usize> {
     match shape_of(g, v)?.get(axis)? {
         Dim::Fixed(d) => Some(*d),
         Dim::Dynamic(_) => None,
@@ -467,7 +467,7 @@ fn fixed_dim(g: &crate::ir::Graph, v: ValueId, axis: usize) -> Option<usize> {
 }
 
 /// The shape the loader knows for `v` (declared, or a constant's).
-fn shape_of(g: &crate::ir::Graph, v: ValueId) -> Option<Vec<Dim>> {
+pub(super) fn shape_of(g: &crate::ir::Graph, v: ValueId) -> Option<Vec<Dim>> {
     if let Some(t) = g.constants.get(&v) {
         return Some(t.shape.iter().map(|&d| Dim::Fixed(d)).collect());
     }

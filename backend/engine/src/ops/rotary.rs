@@ -139,12 +139,42 @@ fn convert(
         4 => declared(3),
         _ => head_size.or_else(|| declared(2).filter(|_| num_heads > 0).map(|h| h / num_heads)),
     };
+    let y = rotate(
+        &mut chain,
+        "",
+        x4,
+        (cos, sin),
+        rotary_dim,
+        known_head,
+        interleaved,
+    );
+    if rank == 4 {
+        Ok(chain.finish(transpose_heads(), &[y]))
+    } else {
+        let hidden = chain.ints(&[0, 0, -1]);
+        Ok(chain.finish(Op::Reshape { allowzero: false }, &[y, hidden]))
+    }
+}
+
+/// `x4` (`[batch, seq, heads, head_size]`) with its first `rotary_dim` elements of each head rotated
+/// (0: the whole head) by `cos`/`sin`, gathered per position (`[batch|1, seq, rotary_dim/2]`): halves,
+/// or even and odd elements when `interleaved`; the rest of the head is kept. `known_head` is the
+/// head size when the model fixes it; `prefix` keeps the step names of several calls apart.
+pub(super) fn rotate(
+    chain: &mut Chain<'_, '_>,
+    prefix: &str,
+    x4: ValueId,
+    (cos, sin): (ValueId, ValueId),
+    rotary_dim: i64,
+    known_head: Option<i64>,
+    interleaved: bool,
+) -> ValueId {
     let whole_head = rotary_dim == 0 || known_head == Some(rotary_dim);
     let (rot, rest) = if whole_head {
         (x4, None)
     } else {
-        let rot = slice_last(&mut chain, "rotated_part", x4, 0, rotary_dim);
-        let rest = slice_last(&mut chain, "kept_part", x4, rotary_dim, i64::MAX);
+        let rot = slice_last(chain, &format!("{prefix}rotated_part"), x4, 0, rotary_dim);
+        let rest = slice_last(chain, &format!("{prefix}kept_part"), x4, rotary_dim, i64::MAX);
         (rot, Some(rest))
     };
     let halves = Op::Split {
@@ -154,38 +184,61 @@ fn convert(
     let (x1, x2, cos, sin) = if interleaved {
         // even and odd elements: a [.., rotary_dim/2, 2] view split on its last axis
         let pairs_shape = chain.ints(&[0, 0, 0, -1, 2]);
-        let pairs = chain.push("pairs", Op::Reshape { allowzero: false }, &[rot, pairs_shape]);
-        let parts = chain.push_multi("even_odd", halves, &[pairs], 2);
+        let pairs = chain.push(
+            &format!("{prefix}pairs"),
+            Op::Reshape { allowzero: false },
+            &[rot, pairs_shape],
+        );
+        let parts = chain.push_multi(&format!("{prefix}even_odd"), halves, &[pairs], 2);
         let axes = Some(vec![2, 4]);
-        let cos = chain.push("cos_heads", Op::Unsqueeze { axes: axes.clone() }, &[cos]);
-        let sin = chain.push("sin_heads", Op::Unsqueeze { axes }, &[sin]);
+        let cos = chain.push(
+            &format!("{prefix}cos_heads"),
+            Op::Unsqueeze { axes: axes.clone() },
+            &[cos],
+        );
+        let sin = chain.push(&format!("{prefix}sin_heads"), Op::Unsqueeze { axes }, &[sin]);
         (parts[0], parts[1], cos, sin)
     } else {
-        let parts = chain.push_multi("halves", halves, &[rot], 2);
-        let cos = chain.push("cos_heads", Op::Unsqueeze { axes: Some(vec![2]) }, &[cos]);
-        let sin = chain.push("sin_heads", Op::Unsqueeze { axes: Some(vec![2]) }, &[sin]);
+        let parts = chain.push_multi(&format!("{prefix}halves"), halves, &[rot], 2);
+        let cos = chain.push(
+            &format!("{prefix}cos_heads"),
+            Op::Unsqueeze { axes: Some(vec![2]) },
+            &[cos],
+        );
+        let sin = chain.push(
+            &format!("{prefix}sin_heads"),
+            Op::Unsqueeze { axes: Some(vec![2]) },
+            &[sin],
+        );
         (parts[0], parts[1], cos, sin)
     };
-    let cos_x1 = chain.binary("cos_x1", BinaryOp::Mul, cos, x1);
-    let sin_x2 = chain.binary("sin_x2", BinaryOp::Mul, sin, x2);
-    let real = chain.binary("real", BinaryOp::Sub, cos_x1, sin_x2);
-    let sin_x1 = chain.binary("sin_x1", BinaryOp::Mul, sin, x1);
-    let cos_x2 = chain.binary("cos_x2", BinaryOp::Mul, cos, x2);
-    let imag = chain.binary("imag", BinaryOp::Add, sin_x1, cos_x2);
-    let mut y = chain.push("rotated", Op::Concat { axis: -1 }, &[real, imag]);
+    let cos_x1 = chain.binary(&format!("{prefix}cos_x1"), BinaryOp::Mul, cos, x1);
+    let sin_x2 = chain.binary(&format!("{prefix}sin_x2"), BinaryOp::Mul, sin, x2);
+    let real = chain.binary(&format!("{prefix}real"), BinaryOp::Sub, cos_x1, sin_x2);
+    let sin_x1 = chain.binary(&format!("{prefix}sin_x1"), BinaryOp::Mul, sin, x1);
+    let cos_x2 = chain.binary(&format!("{prefix}cos_x2"), BinaryOp::Mul, cos, x2);
+    let imag = chain.binary(&format!("{prefix}imag"), BinaryOp::Add, sin_x1, cos_x2);
+    let mut y = chain.push(
+        &format!("{prefix}rotated"),
+        Op::Concat { axis: -1 },
+        &[real, imag],
+    );
     if interleaved {
         let flat = chain.ints(&[0, 0, 0, -1]);
-        y = chain.push("interleaved", Op::Reshape { allowzero: false }, &[y, flat]);
+        y = chain.push(
+            &format!("{prefix}interleaved"),
+            Op::Reshape { allowzero: false },
+            &[y, flat],
+        );
     }
     if let Some(rest) = rest {
-        y = chain.push("with_kept_part", Op::Concat { axis: -1 }, &[y, rest]);
+        y = chain.push(
+            &format!("{prefix}with_kept_part"),
+            Op::Concat { axis: -1 },
+            &[y, rest],
+        );
     }
-    if rank == 4 {
-        Ok(chain.finish(transpose_heads(), &[y]))
-    } else {
-        let hidden = chain.ints(&[0, 0, -1]);
-        Ok(chain.finish(Op::Reshape { allowzero: false }, &[y, hidden]))
-    }
+    y
 }
 
 /// onnxruntime's position_ids as `[batch|1, seq]` indices: given as `[batch, seq]`, or as one offset

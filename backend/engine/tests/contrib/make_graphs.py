@@ -22,18 +22,7 @@ def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None, domain="
     given). onnxruntime defines some of its operators (SimplifiedLayerNormalization) in the default domain,
     hence `domain`."""
     given = [(n, a) for n, a in inputs if n]
-    value_infos = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in given
-    ]
-    out_types = out_types or {}
-    outs = [helper.make_tensor_value_info(n, out_types.get(n, TensorProto.FLOAT), None) for n in outputs if n]
-    node = helper.make_node(op, [n for n, _ in inputs], outputs, domain=domain, **(attrs or {}))
-    graph = helper.make_graph([node], name, value_infos, outs)
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
-        ir_version=9,
-    )
+    model = single_node(name, op, inputs, outputs, attrs, domain, out_types)
     if expected is None:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         expected = sess.run(None, dict(given))
@@ -50,6 +39,23 @@ def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None, domain="
             a = a.astype(np.float32)
         with open(os.path.join(data, f"output_{i}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(a).SerializeToString())
+
+
+def single_node(name, op, inputs, outputs, attrs=None, domain="com.microsoft", out_types=None):
+    """The model of one `op` node, as `case` describes it."""
+    given = [(n, a) for n, a in inputs if n]
+    value_infos = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in given
+    ]
+    out_types = out_types or {}
+    outs = [helper.make_tensor_value_info(n, out_types.get(n, TensorProto.FLOAT), None) for n in outputs if n]
+    node = helper.make_node(op, [n for n, _ in inputs], outputs, domain=domain, **(attrs or {}))
+    graph = helper.make_graph([node], name, value_infos, outs)
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=9,
+    )
 
 
 def f32(*shape, scale=2.0):
@@ -117,6 +123,7 @@ def main():
     simplified_layer_norm(out)
     fused_matmul(out)
     rotary_embedding(out)
+    group_query_attention(out)
     fused_conv(out)
     quantized(out)
     simple_rnn(out)
@@ -276,6 +283,57 @@ def rotary_embedding(out):
     case(out, "rotary_embedding_partial", "RotaryEmbedding",
          [("x", x3), ("positions", positions), ("cos", half[0]), ("sin", half[1])], ["y"],
          {"num_heads": 2, "rotary_embedding_dim": 4})
+
+
+def group_query_attention(out):
+    """GroupQueryAttention as onnxruntime-genai's LLM exports use it: a prompt without past, token
+    generation with a past and right-padded seqlens_k, 4 query heads on 2 KV heads, do_rotary (halves and
+    interleaved) with positions from seqlens_k, a packed QKV query, a scale and softcap. onnxruntime leaves
+    the present rows after a padded sequence's total length unwritten; the expected present has zeros there,
+    as the engine writes (onnxruntime 1.20.1's CPU kernel gave zeros too)."""
+    heads, kv_heads, head = 4, 2, 16
+    batch, seq = 2, 5
+    angles = np.arange(32)[:, None] * (1.0 / 10000 ** (np.arange(8) / 8))[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    q = f32(batch, seq, heads * head, scale=1.0)
+    k, v = f32(batch, seq, kv_heads * head, scale=1.0), f32(batch, seq, kv_heads * head, scale=1.0)
+    prompt_lens = np.full(batch, seq - 1, dtype=np.int32)
+    total = np.array(seq, dtype=np.int32)
+    gqa = {"num_heads": heads, "kv_num_heads": kv_heads}
+    outs = ["y", "present_key", "present_value"]
+    none = ("", None)
+    prompt = [("q", q), ("k", k), ("v", v), none, none, ("seqlens_k", prompt_lens), ("total", total)]
+    case(out, "group_query_attention", "GroupQueryAttention", prompt, outs, gqa)
+    case(out, "group_query_attention_rotary", "GroupQueryAttention", prompt + [("cos", cos), ("sin", sin)], outs,
+         dict(gqa, do_rotary=1))
+    case(out, "group_query_attention_rotary_interleaved", "GroupQueryAttention",
+         prompt + [("cos", cos), ("sin", sin)], outs, dict(gqa, do_rotary=1, rotary_interleaved=1))
+    case(out, "group_query_attention_softcap", "GroupQueryAttention", prompt, outs,
+         dict(gqa, scale=0.3, softcap=2.0))
+    packed = f32(batch, seq, (heads + 2 * kv_heads) * head, scale=1.0)
+    case(out, "group_query_attention_packed", "GroupQueryAttention",
+         [("qkv", packed), none, none, none, none, ("seqlens_k", prompt_lens), ("total", total)], outs, gqa)
+    # one new token after a past of 6 rows, of which the second sequence uses 3
+    past = 6
+    past_key, past_value = f32(batch, kv_heads, past, head, scale=1.0), f32(batch, kv_heads, past, head, scale=1.0)
+    lens = np.array([past, 3], dtype=np.int32)
+    step = [("q", f32(batch, 1, heads * head, scale=1.0)), ("k", f32(batch, 1, kv_heads * head, scale=1.0)),
+            ("v", f32(batch, 1, kv_heads * head, scale=1.0)), ("past_key", past_key), ("past_value", past_value),
+            ("seqlens_k", lens), ("total", np.array(past + 1, dtype=np.int32))]
+    written = np.arange(past + 1)[None, None, :, None] <= lens[:, None, None, None]
+
+    def generated(inputs, attrs):
+        model = single_node("gqa", "GroupQueryAttention", inputs, outs, attrs).SerializeToString()
+        sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        y, pk, pv = sess.run(None, {n: a for n, a in inputs if n})
+        return [y, np.where(written, pk, 0), np.where(written, pv, 0)]
+
+    case(out, "group_query_attention_past_padded", "GroupQueryAttention", step, outs, gqa,
+         expected=generated(step, gqa))
+    rotary = dict(gqa, do_rotary=1)
+    case(out, "group_query_attention_past_padded_rotary", "GroupQueryAttention",
+         step + [("cos", cos), ("sin", sin)], outs, rotary, expected=generated(step + [("cos", cos), ("sin", sin)],
+                                                                              rotary))
 
 
 def multi_head_attention(q, k, v, bias, key_padding_mask, num_heads):
