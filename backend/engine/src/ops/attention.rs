@@ -9,7 +9,7 @@
 //! `mask_filter_value`. Past and present states, `unidirectional`, rotary embeddings and the other
 //! mask formats are refused at load naming the input or attribute.
 
-use super::chain::{Chain, decomposed};
+use super::chain::{Chain, decomposed, matmul};
 use super::prelude::*;
 use crate::ir::{BinaryOp, UnaryOp};
 
@@ -206,14 +206,6 @@ fn convert(
     );
     let hidden = chain.ints(&[0, 0, -1]);
     Ok(chain.finish(Op::Reshape { allowzero: false }, &[merged, hidden]))
-}
-
-fn matmul() -> Op {
-    Op::MatMul {
-        trans_a: false,
-        trans_b: false,
-        epilogue: Default::default(),
-    }
 }
 
 /// The rank of `x` when the model declares it, or when it follows from its producers. onnxruntime's

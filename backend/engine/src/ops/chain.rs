@@ -146,3 +146,35 @@ impl<'c, 'g> Chain<'c, 'g> {
         Converted::ChainWithCopies(self.nodes, op, inputs.iter().copied().map(Some).collect(), copies)
     }
 }
+
+/// `MatMul` without transposes or epilogue (the passes fuse what follows it).
+pub(crate) fn matmul() -> Op {
+    Op::MatMul {
+        trans_a: false,
+        trans_b: false,
+        epilogue: Default::default(),
+    }
+}
+
+/// `[batch, seq, heads, d]` ↔ `[batch, heads, seq, d]`.
+pub(crate) fn transpose_heads() -> Op {
+    Op::Transpose {
+        perm: vec![0, 2, 1, 3],
+    }
+}
+
+/// The shape the loader knows for `v` (declared, or a constant's).
+pub(crate) fn shape_of(g: &crate::ir::Graph, v: ValueId) -> Option<Vec<crate::ir::Dim>> {
+    if let Some(t) = g.constants.get(&v) {
+        return Some(t.shape.iter().map(|&d| crate::ir::Dim::Fixed(d)).collect());
+    }
+    g.values[v.0].shape.clone()
+}
+
+/// Dim `axis` of `v` when the model fixes it.
+pub(crate) fn fixed_dim(g: &crate::ir::Graph, v: ValueId, axis: usize) -> Option<usize> {
+    match shape_of(g, v)?.get(axis)? {
+        crate::ir::Dim::Fixed(d) => Some(*d),
+        crate::ir::Dim::Dynamic(_) => None,
+    }
+}

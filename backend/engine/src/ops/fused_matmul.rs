@@ -6,7 +6,7 @@
 //! `transBatchA`/`transBatchB` (the first dim moved behind the other batch dims, onnxruntime's
 //! `[1, .., rank-2, 0, rank-1]`) become a Transpose, and `alpha` ≠ 1 a Mul by a scalar.
 
-use super::chain::{Chain, decomposed};
+use super::chain::{Chain, decomposed, shape_of};
 use super::prelude::*;
 use crate::ir::BinaryOp;
 
@@ -31,7 +31,7 @@ fn convert(
         if a.int(trans_batch, 0)? == 0 {
             return Ok((x, trans));
         }
-        let rank = rank_of(chain.graph(), x).ok_or_else(|| {
+        let rank = shape_of(chain.graph(), x).map(|s| s.len()).ok_or_else(|| {
             EngineError::unsupported(format!(
                 "FusedMatMul attribute {trans_batch}=1 on input {what} of unknown rank: give {what} a shape \
                  in the model"
@@ -61,12 +61,4 @@ fn convert(
     let product = chain.push("product", matmul, &[x, y]);
     let alpha = chain.scalar_like("alpha", alpha, product);
     Ok(chain.finish(Op::Binary(BinaryOp::Mul), &[product, alpha]))
-}
-
-/// The rank the loader knows for `v` (declared, or a constant's).
-fn rank_of(g: &crate::ir::Graph, v: ValueId) -> Option<usize> {
-    if let Some(t) = g.constants.get(&v) {
-        return Some(t.shape.len());
-    }
-    g.values[v.0].shape.as_ref().map(Vec::len)
 }

@@ -18,8 +18,8 @@
 //! preallocated buffer (total_sequence_length ≤ past) onnxruntime keeps present at the past's length
 //! and this decomposition grows it by `seq` rows; the attention output is the same.
 
-use super::chain::{Chain, decomposed};
-use super::onnx_attention::{fixed_dim, matmul, repeat_heads, shape_of, transpose_heads};
+use super::chain::{Chain, decomposed, fixed_dim, matmul, shape_of, transpose_heads};
+use super::onnx_attention::{default_scale, repeat_heads};
 use super::prelude::*;
 use super::rotary::rotate;
 use crate::ir::{BinaryOp, UnaryOp};
@@ -204,17 +204,7 @@ fn convert(
     } else if let Some(h) = head_size {
         chain.scalar_like("scale", 1.0 / (h as f32).sqrt(), query)
     } else {
-        let d = chain.push(
-            "head_size",
-            Op::Shape {
-                start: 3,
-                end: Some(4),
-            },
-            &[q],
-        );
-        let d = chain.push("head_size_float", Op::Cast { to: DataType::F32 }, &[d]);
-        let d = chain.push("head_size_sqrt", Op::Unary(UnaryOp::Sqrt), &[d]);
-        let s = chain.push("scale_f32", Op::Unary(UnaryOp::Reciprocal), &[d]);
+        let s = default_scale(&mut chain, q);
         chain.push("scale", Op::CastLike, &[s, query])
     };
     let q_scaled = chain.binary("query_scaled", BinaryOp::Mul, q, scale);

@@ -11,7 +11,7 @@
 //! `softmax_precision` when it is FLOAT) and the product with V, whose heads a 3-D output merges back.
 //! `qk_matmul_output` is a copy of the scores at the stage `qk_matmul_output_mode` names.
 
-use super::chain::{Chain, decomposed};
+use super::chain::{Chain, decomposed, fixed_dim, matmul, shape_of, transpose_heads};
 use super::prelude::*;
 use crate::ir::{BinaryOp, Dim, UnaryOp};
 
@@ -160,17 +160,7 @@ fn convert(
     let root_scale = match scale {
         Some(s) => chain.scalar_like("scale_sqrt", s.sqrt(), q),
         None => {
-            let d = chain.push(
-                "head_size",
-                Op::Shape {
-                    start: 3,
-                    end: Some(4),
-                },
-                &[q4],
-            );
-            let d = chain.push("head_size_float", Op::Cast { to: DataType::F32 }, &[d]);
-            let d = chain.push("head_size_sqrt", Op::Unary(UnaryOp::Sqrt), &[d]);
-            let s = chain.push("scale", Op::Unary(UnaryOp::Reciprocal), &[d]);
+            let s = default_scale(&mut chain, q4);
             let s = chain.push("scale_sqrt_f32", Op::Unary(UnaryOp::Sqrt), &[s]);
             chain.push("scale_sqrt", Op::CastLike, &[s, q])
         }
@@ -242,6 +232,22 @@ fn convert(
     let merged = chain.push("heads_last", transpose_heads(), &[context]);
     let hidden = chain.ints(&[0, 0, -1]);
     Ok(chain.finish_with_copies(Op::Reshape { allowzero: false }, &[merged, hidden], copies))
+}
+
+/// `1/√head_size` as an f32 `[1]`, read from the last axis of the 4-D `q4` when the plan is built
+/// (the default scale when the model gives none and the head size is not fixed).
+pub(super) fn default_scale(chain: &mut Chain<'_, '_>, q4: ValueId) -> ValueId {
+    let d = chain.push(
+        "head_size",
+        Op::Shape {
+            start: 3,
+            end: Some(4),
+        },
+        &[q4],
+    );
+    let d = chain.push("head_size_float", Op::Cast { to: DataType::F32 }, &[d]);
+    let d = chain.push("head_size_sqrt", Op::Unary(UnaryOp::Sqrt), &[d]);
+    chain.push("scale_f32", Op::Unary(UnaryOp::Reciprocal), &[d])
 }
 
 /// K or V `[batch, kv_heads, total, d]` with each head repeated for its group of query heads:
@@ -441,37 +447,6 @@ fn total_len(g: &crate::ir::Graph, k: ValueId, past_key: Option<ValueId>, rank: 
         Some(pk) => Some(new + fixed_dim(g, pk, 2)?),
         None => Some(new),
     }
-}
-
-pub(super) fn matmul() -> Op {
-    Op::MatMul {
-        trans_a: false,
-        trans_b: false,
-        epilogue: Default::default(),
-    }
-}
-
-/// `[batch, seq, heads, d]` ↔ `[batch, heads, seq, d]`.
-pub(super) fn transpose_heads() -> Op {
-    Op::Transpose {
-        perm: vec![0, 2, 1, 3],
-    }
-}
-
-/// Dim `axis` of `v` when the model fixes it.
-pub(super) fn fixed_dim(g: &crate::ir::Graph, v: ValueId, axis: usize) -> Option<usize> {
-    match shape_of(g, v)?.get(axis)? {
-        Dim::Fixed(d) => Some(*d),
-        Dim::Dynamic(_) => None,
-    }
-}
-
-/// The shape the loader knows for `v` (declared, or a constant's).
-pub(super) fn shape_of(g: &crate::ir::Graph, v: ValueId) -> Option<Vec<Dim>> {
-    if let Some(t) = g.constants.get(&v) {
-        return Some(t.shape.iter().map(|&d| Dim::Fixed(d)).collect());
-    }
-    g.values[v.0].shape.clone()
 }
 
 /// The element type the loader knows for `v`.

@@ -14,7 +14,7 @@
 //! offset (positions `offset..offset + seq`), and a 3-D input without num_heads has heads of
 //! `2 · cos_cache.shape[1]`.
 
-use super::chain::{Chain, decomposed};
+use super::chain::{Chain, decomposed, shape_of, transpose_heads};
 use super::onnx::MICROSOFT;
 use super::prelude::*;
 use crate::ir::{BinaryOp, Dim};
@@ -288,13 +288,6 @@ fn microsoft_positions(
     }
 }
 
-/// `[batch, heads, seq, head]` ↔ `[batch, seq, heads, head]`.
-fn transpose_heads() -> Op {
-    Op::Transpose {
-        perm: vec![0, 2, 1, 3],
-    }
-}
-
 /// `x[..., start..end]` on the last of four axes.
 fn slice_last(chain: &mut Chain<'_, '_>, step: &str, x: ValueId, start: i64, end: i64) -> ValueId {
     let starts = chain.ints(&[start]);
@@ -308,12 +301,4 @@ fn slice_last(chain: &mut Chain<'_, '_>, step: &str, x: ValueId, start: i64, end
         },
         &[x, starts, ends, axes],
     )
-}
-
-/// The shape the loader knows for `v` (declared, or a constant's).
-fn shape_of(g: &crate::ir::Graph, v: ValueId) -> Option<Vec<Dim>> {
-    if let Some(t) = g.constants.get(&v) {
-        return Some(t.shape.iter().map(|&d| Dim::Fixed(d)).collect());
-    }
-    g.values[v.0].shape.clone()
 }
