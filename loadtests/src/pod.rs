@@ -522,27 +522,8 @@ impl PodControl {
     /// SIGTERM to every process at once, as Kubernetes does to a pod, and waits for each to exit (SIGKILL
     /// after a minute). Their exit codes are kept for [`PodControl::exits`].
     pub async fn terminate_all(&self) {
-        let mut procs = self.inner.lock().await;
-        let Procs {
-            backends,
-            gateway,
-            exits,
-        } = &mut *procs;
-        let mut running: Vec<(Process, &mut Child)> =
-            gateway.iter_mut().map(|c| (Process::Gateway, c)).collect();
-        running.extend(
-            backends
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(n, (c, _))| c.as_mut().map(|c| (Process::Backend(n), c))),
-        );
-        for (_, child) in &running {
-            send_sigterm(child).await;
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        for (process, child) in running {
-            exits.push((process, exit_by(child, deadline).await));
-        }
+        self.terminate_like_kubelet(Duration::ZERO, Duration::from_secs(60))
+            .await;
     }
 
     /// Stops the pod as the kubelet stops a pod of `deploy/k8s/base/deployment.yaml`: SIGTERM to the gateway
