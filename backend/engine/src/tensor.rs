@@ -57,7 +57,8 @@ impl DataType {
     ];
 
     /// From an ONNX `TensorProto.DataType` code; `None` for codes this engine does not support
-    /// (complex, float8, int4 …).
+    /// (complex, float8 …) and for INT4/UINT4, which the loader carries as INT8/UINT8
+    /// (`onnx::int4`).
     pub fn from_onnx(code: i32) -> Option<DataType> {
         DataType::ALL.into_iter().find(|d| *d as i32 == code)
     }

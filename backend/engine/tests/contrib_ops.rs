@@ -7,7 +7,8 @@
 //! products and rotations agree far closer than that. Integer outputs (EmbedLayerNormalization's
 //! mask_index) must be equal; quantized outputs (QLinearAdd, QLinearMul) within one quantization step
 //! (see [`QUANTIZED_CASES`]). DynamicQuantizeMatMul's float output uses the float tolerance: its
-//! integer product is exact and its scaling follows onnxruntime's order.
+//! integer product is exact and its scaling follows onnxruntime's order. MatMulNBits' weight is
+//! dequantized exactly as onnxruntime's, so its products use the float tolerance too.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -69,6 +70,12 @@ const CASES: &[&str] = &[
     "dynamic_quantize_matmul_i8",
     "dynamic_quantize_matmul_u8_per_column_bias",
     "dynamic_quantize_matmul_no_zero_point",
+    "matmul_n_bits",
+    "matmul_n_bits_block32_default_zero_point",
+    "matmul_n_bits_k_not_a_block_multiple",
+    "matmul_n_bits_k_short_of_one_block",
+    "matmul_n_bits_float_zero_points_bias",
+    "matmul_n_bits_8_bits",
     "rnn_reverse",
     "rnn_bidirectional_lengths",
     "rnn_clip_no_bias",

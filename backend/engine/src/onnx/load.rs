@@ -7,6 +7,7 @@ use prost::Message;
 
 use crate::error::{EngineError, Result};
 use crate::ir::{Branch, Dim, Graph, Node, Op, ValueId};
+use crate::onnx::int4;
 use crate::onnx::proto::{GraphProto, ModelProto, NodeProto, ValueInfoProto};
 use crate::onnx::tensor::{decode_tensor, onnx_type_name};
 use crate::ops::Converted;
@@ -70,6 +71,7 @@ pub fn load_graph(bytes: &[u8], external_dir: Option<&Path>) -> Result<Graph> {
         domain_opsets,
         external_dir,
         unsupported: Vec::new(),
+        four_bit: HashSet::new(),
         functions: model
             .functions
             .iter()
@@ -88,6 +90,8 @@ struct Loader<'a> {
     domain_opsets: HashMap<String, i64>,
     external_dir: Option<&'a Path>,
     unsupported: Vec<String>,
+    /// Graph inputs and initializers the model declares INT4 or UINT4 (carried as INT8 and UINT8).
+    four_bit: HashSet<ValueId>,
     functions: HashSet<String>,
 }
 
@@ -113,14 +117,17 @@ fn value_type(v: &ValueInfoProto) -> Result<Option<(DataType, Option<Vec<Dim>>)>
             v.name
         )));
     };
-    let dtype = DataType::from_onnx(tt.elem_type).ok_or_else(|| {
-        EngineError::unsupported(format!(
-            "graph value '{}' has element type {} ({}), which is not supported",
-            v.name,
-            tt.elem_type,
-            onnx_type_name(tt.elem_type)
-        ))
-    })?;
+    let dtype = match int4::widened(tt.elem_type) {
+        Some(wide) => wide,
+        None => DataType::from_onnx(tt.elem_type).ok_or_else(|| {
+            EngineError::unsupported(format!(
+                "graph value '{}' has element type {} ({}), which is not supported",
+                v.name,
+                tt.elem_type,
+                onnx_type_name(tt.elem_type)
+            ))
+        })?,
+    };
     let dims = tt.shape.as_ref().map(|s| {
         s.dim
             .iter()
@@ -134,6 +141,14 @@ fn value_type(v: &ValueInfoProto) -> Result<Option<(DataType, Option<Vec<Dim>>)>
     Ok(Some((dtype, dims)))
 }
 
+/// True when `v` is declared INT4 or UINT4.
+fn declared_four_bit(v: &ValueInfoProto) -> bool {
+    v.r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .is_some_and(|tt| int4::widened(tt.elem_type).is_some())
+}
+
 impl<'a> Loader<'a> {
     fn load_main(&mut self, g: &GraphProto) -> Result<()> {
         if !g.sparse_initializer.is_empty() {
@@ -145,7 +160,10 @@ impl<'a> Loader<'a> {
                 return Err(EngineError::invalid("an initializer has no name"));
             }
             let tensor = decode_tensor(t, self.external_dir, &format!("initializer '{}'", t.name))?;
-            self.define_constant(&t.name, tensor)?;
+            let id = self.define_constant(&t.name, tensor)?;
+            if int4::widened(t.data_type).is_some() {
+                self.four_bit.insert(id);
+            }
         }
         for vi in &g.input {
             if initializer_names.contains(vi.name.as_str()) {
@@ -164,6 +182,9 @@ impl<'a> Loader<'a> {
             let id = self.define(&vi.name, Some(dtype))?;
             self.graph.values[id.0].shape = Some(dims);
             self.graph.inputs.push(id);
+            if declared_four_bit(vi) {
+                self.four_bit.insert(id);
+            }
         }
         let nodes = self.convert_nodes(&g.node)?;
         self.graph.nodes = nodes;
@@ -374,6 +395,7 @@ impl<'a> Loader<'a> {
             graph: &mut self.graph,
             earlier,
             opset: self.opset,
+            four_bit: &self.four_bit,
         };
         let conv = (op.convert)(&mut cx, n, &name, &attrs, &inputs)?;
         let mut outputs = Vec::with_capacity(n.output.len());
@@ -491,7 +513,10 @@ impl<'a> Loader<'a> {
         let res = (|| {
             for t in &g.initializer {
                 let tensor = decode_tensor(t, self.external_dir, &format!("initializer '{}'", t.name))?;
-                self.define_constant(&t.name, tensor)?;
+                let id = self.define_constant(&t.name, tensor)?;
+                if int4::widened(t.data_type).is_some() {
+                    self.four_bit.insert(id);
+                }
             }
             let nodes = self.convert_nodes(&g.node)?;
             let mut outputs = Vec::new();

@@ -1,6 +1,7 @@
 //! ONNX protobuf decoding (hand-written prost structs) and conversion into the IR.
 
 pub(crate) mod attrs;
+pub(crate) mod int4;
 mod load;
 pub mod proto;
 pub(crate) mod tensor;

@@ -5,18 +5,24 @@ use std::path::{Component, Path};
 use bytes::Bytes;
 
 use crate::error::{EngineError, Result};
+use crate::onnx::int4;
 use crate::onnx::proto::TensorProto;
 use crate::tensor::{DataType, Tensor, checked_elements};
 
 /// Decode a tensor. `what` names it in errors (e.g. `initializer 'w'`).
+/// INT4 and UINT4 tensors come back unpacked, as INT8 and UINT8 (see [`super::int4`]).
 pub fn decode_tensor(t: &TensorProto, external_dir: Option<&Path>, what: &str) -> Result<Tensor> {
-    let dtype = DataType::from_onnx(t.data_type).ok_or_else(|| {
-        EngineError::unsupported(format!(
-            "{what}: element type {} ({}) is not supported",
-            t.data_type,
-            onnx_type_name(t.data_type)
-        ))
-    })?;
+    let four_bit = int4::widened(t.data_type);
+    let dtype = match four_bit {
+        Some(wide) => wide,
+        None => DataType::from_onnx(t.data_type).ok_or_else(|| {
+            EngineError::unsupported(format!(
+                "{what}: element type {} ({}) is not supported",
+                t.data_type,
+                onnx_type_name(t.data_type)
+            ))
+        })?,
+    };
     let mut shape = Vec::with_capacity(t.dims.len());
     for &d in &t.dims {
         shape.push(
@@ -26,6 +32,16 @@ pub fn decode_tensor(t: &TensorProto, external_dir: Option<&Path>, what: &str) -
         );
     }
     let n = checked_elements(&shape).map_err(|e| e.context(what))?;
+    if four_bit.is_some() {
+        let raw = if t.data_location == 1 {
+            Some(read_external(t, external_dir, what)?)
+        } else if !t.raw_data.is_empty() || n == 0 {
+            Some(Bytes::copy_from_slice(&t.raw_data))
+        } else {
+            None
+        };
+        return int4::decode(t, dtype, shape, n, raw.as_deref(), what);
+    }
     if t.data_location == 1 {
         let bytes = read_external(t, external_dir, what)?;
         return Tensor::new(dtype, shape, bytes).map_err(|e| e.context(what));

@@ -99,6 +99,11 @@ impl<'c, 'g> Chain<'c, 'g> {
         self.push(step, Op::CastLike, &[c, like])
     }
 
+    /// Tensor `t` as a constant of the graph.
+    pub(crate) fn constant(&mut self, t: Tensor) -> ValueId {
+        self.cx.constant(&self.name, t)
+    }
+
     /// A scalar INT64 constant.
     pub(crate) fn scalar_i64(&mut self, v: i64) -> ValueId {
         let t = Tensor {

@@ -202,6 +202,9 @@ fn convert(
         "Where" => Ok(Converted::Node(Op::Where, ins)),
         "Cast" => {
             let to = a.int("to", 0)?;
+            if let Some(wide) = crate::onnx::int4::widened(to as i32) {
+                return super::four_bit_cast::cast(cx, name, need(inputs, 0, "input")?, wide);
+            }
             let to = DataType::from_onnx(to as i32).ok_or_else(|| {
                 EngineError::unsupported(format!(
                     "Cast to {} is not supported",
@@ -211,7 +214,13 @@ fn convert(
             Ok(Converted::Node(Op::Cast { to }, ins))
         }
         // `saturate` only changes float8 conversions, which the engine does not have.
-        "CastLike" => Ok(Converted::Node(Op::CastLike, ins)),
+        "CastLike" => match inputs.get(1).copied().flatten() {
+            Some(like) if cx.four_bit.contains(&like) => match cx.graph.values[like.0].dtype {
+                Some(wide) => super::four_bit_cast::cast(cx, name, need(inputs, 0, "input")?, wide),
+                None => Err(EngineError::internal("a 4-bit value without its carrying type")),
+            },
+            _ => Ok(Converted::Node(Op::CastLike, ins)),
+        },
         other => Err(not_registered(other)),
     }
 }

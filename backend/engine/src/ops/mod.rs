@@ -17,6 +17,7 @@ mod einsum;
 mod elementwise;
 mod embed_norm;
 mod exec;
+mod four_bit_cast;
 mod fused_conv;
 mod fused_matmul;
 mod grid_sample;
@@ -26,6 +27,7 @@ mod indexed;
 mod infer;
 mod lrn;
 mod matmul;
+mod matmul_n_bits;
 mod movement;
 mod nms;
 mod nonzero;
@@ -112,6 +114,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         rotary::ONNX,
         qlinear_binary::ONNX,
         dynamic_quantize_matmul::ONNX,
+        matmul_n_bits::ONNX,
     ]
     .into_iter()
     .flatten()
@@ -196,3 +199,6 @@ mod tests;
 
 #[cfg(test)]
 mod refusal_tests;
+
+#[cfg(test)]
+mod four_bit_tests;

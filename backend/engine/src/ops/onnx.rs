@@ -1,6 +1,8 @@
 //! The ONNX side of the registry: one [`OnnxOp`] per (domain, op_type, opset range), the context a
 //! converter writes helper values into, and the attribute helpers converters share.
 
+use std::collections::HashSet;
+
 use crate::error::{EngineError, Result};
 use crate::ir::{AutoPad, Graph, Node, Op, ValueId};
 use crate::onnx::attrs::Attrs;
@@ -141,6 +143,9 @@ pub(crate) struct Ctx<'g> {
     pub(crate) earlier: &'g [Node],
     /// The model's default-domain opset.
     pub(crate) opset: i64,
+    /// Graph inputs and initializers the model declares INT4 or UINT4, which the graph carries as INT8
+    /// and UINT8 (see [`crate::onnx::int4`]).
+    pub(crate) four_bit: &'g HashSet<ValueId>,
 }
 
 impl Ctx<'_> {

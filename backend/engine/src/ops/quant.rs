@@ -5,10 +5,11 @@
 //! are in `cpu/quant/`; scales and zero points are ordinary inputs (constants in exported models,
 //! graph inputs in the ONNX node tests), so nothing here needs their values when the plan is built.
 
+use super::chain::Chain;
 use super::prelude::*;
 use crate::cpu::quant::igemm::{self, ConvGeom};
 use crate::cpu::quant::linear::{self, Layout, int_buf, int_range, ints};
-use crate::ir::{AutoPad, ConvWindow, QuantOp};
+use crate::ir::{AutoPad, ConvWindow, QuantOp, UnaryOp};
 use crate::wgpu::kernels::quant::{self as gpu_quant, IconvGeom, IgemmShape, ParamLayout, ScaleIndex};
 
 /// The ONNX operators this module converts.
@@ -33,18 +34,14 @@ pub(super) static FAMILY: Family = Family {
 };
 
 fn convert(
-    _cx: &mut Ctx<'_>,
+    cx: &mut Ctx<'_>,
     n: &NodeProto,
-    _name: &str,
+    name: &str,
     a: &Attrs<'_>,
     inputs: &[Option<ValueId>],
 ) -> Result<Converted> {
     let q = match n.op_type.as_str() {
-        "QuantizeLinear" => QuantOp::QuantizeLinear {
-            axis: a.int("axis", 1)?,
-            block_size: block_size(a)?,
-            output_dtype: output_dtype(a)?,
-        },
+        "QuantizeLinear" => return quantize_linear(cx, name, a, inputs),
         "DequantizeLinear" => QuantOp::DequantizeLinear {
             axis: a.int("axis", 1)?,
             block_size: block_size(a)?,
@@ -60,6 +57,45 @@ fn convert(
     Ok(Converted::Node(Op::Quant(q), inputs.to_vec()))
 }
 
+/// QuantizeLinear; to INT4 or UINT4 (by `output_dtype` or a 4-bit zero point) it quantizes to the
+/// byte type that carries the 4-bit one, then saturates to the 4-bit range: clamping to the byte's
+/// range first does not change the result, as the 4-bit range lies inside it.
+fn quantize_linear(
+    cx: &mut Ctx<'_>,
+    name: &str,
+    a: &Attrs<'_>,
+    inputs: &[Option<ValueId>],
+) -> Result<Converted> {
+    let code = a.int("output_dtype", 0)?;
+    let zero_point = inputs.get(2).copied().flatten();
+    let four_bit = match crate::onnx::int4::widened(code as i32) {
+        Some(wide) => Some(wide),
+        None => zero_point
+            .filter(|z| cx.four_bit.contains(z))
+            .and_then(|z| cx.graph.values[z.0].dtype),
+    };
+    let output_dtype = match four_bit {
+        Some(wide) => Some(wide),
+        None => output_dtype(a)?,
+    };
+    let q = Op::Quant(QuantOp::QuantizeLinear {
+        axis: a.int("axis", 1)?,
+        block_size: block_size(a)?,
+        output_dtype,
+    });
+    let Some(wide) = four_bit else {
+        return Ok(Converted::Node(q, inputs.to_vec()));
+    };
+    let x = need(inputs, 0, "x")?;
+    let scale = need(inputs, 1, "y_scale")?;
+    let mut chain = Chain::new(cx, name);
+    let mut q_inputs = vec![x, scale];
+    q_inputs.extend(zero_point);
+    let wide_q = chain.push("quantized", q, &q_inputs);
+    let (min, max) = crate::onnx::int4::range(wide);
+    Ok(chain.finish(Op::Unary(UnaryOp::Clip { min, max }), &[wide_q]))
+}
+
 fn block_size(a: &Attrs<'_>) -> Result<usize> {
     let b = a.int("block_size", 0)?;
     usize::try_from(b).map_err(|_| EngineError::invalid(format!("block_size {b} is negative")))
@@ -71,7 +107,7 @@ fn output_dtype(a: &Attrs<'_>) -> Result<Option<DataType>> {
         code => DataType::from_onnx(code as i32).map(Some).ok_or_else(|| {
             EngineError::unsupported(format!(
                 "output_dtype {code} (an ONNX TensorProto type code) has no KServe datatype; \
-                 quantize to UINT8, INT8, UINT16 or INT16"
+                 quantize to UINT8, INT8, UINT16, INT16, UINT4 or INT4"
             ))
         }),
     }

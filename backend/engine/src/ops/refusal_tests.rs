@@ -209,3 +209,92 @@ fn non_zero_over_computed_values_plans_per_input_value() {
         assert_eq!(out[0].1.to_i64_vec().unwrap(), want);
     }
 }
+
+/// The load error of a MatMulNBits node over `x` [2, 3, 3] (`K` = 3, `N` = 2, `bits`-bit codes in
+/// blocks of 16) with inputs `inputs` and initializers `initializer`.
+fn matmul_n_bits_error(bits: i64, inputs: &[&str], initializer: Vec<TensorProto>) -> crate::EngineError {
+    let mut mm = node(
+        "MatMulNBits",
+        inputs,
+        "y",
+        vec![
+            int_attr("K", 3),
+            int_attr("N", 2),
+            int_attr("bits", bits),
+            int_attr("block_size", 16),
+        ],
+    );
+    mm.domain = super::onnx::MICROSOFT.into();
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![
+            OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            },
+            OperatorSetIdProto {
+                domain: super::onnx::MICROSOFT.into(),
+                version: 1,
+            },
+        ],
+        graph: Some(GraphProto {
+            node: vec![mm],
+            name: "g".into(),
+            initializer,
+            input: vec![float_input("x", &[2, 3, 3]), float_input("scales_in", &[2])],
+            output: vec![untyped("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Model::from_bytes(&m.encode_to_vec(), None).unwrap_err()
+}
+
+/// B `[2, 1, 8]` (4-bit codes, one block of 16 per column) as an initializer.
+fn packed_weight() -> TensorProto {
+    TensorProto {
+        name: "b".into(),
+        dims: vec![2, 1, 8],
+        data_type: 2,
+        raw_data: vec![0x21; 16],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn matmul_n_bits_with_computed_scales_names_the_input() {
+    let e = matmul_n_bits_error(4, &["x", "b", "scales_in"], vec![packed_weight()]);
+    assert_names(&e, &["MatMulNBits", "scales", "initializers"]);
+}
+
+#[test]
+fn matmul_n_bits_with_computed_weights_names_the_input() {
+    let scales = init("scales", &[2], &[0.5, 0.25]);
+    let e = matmul_n_bits_error(4, &["x", "x", "scales"], vec![scales]);
+    assert_names(&e, &["MatMulNBits", "input B", "initializers"]);
+}
+
+#[test]
+fn matmul_n_bits_with_g_idx_names_the_input() {
+    let scales = init("scales", &[2], &[0.5, 0.25]);
+    let g_idx = TensorProto {
+        name: "g_idx".into(),
+        dims: vec![3],
+        data_type: 6,
+        raw_data: [0i32, 0, 0].iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ..Default::default()
+    };
+    let e = matmul_n_bits_error(
+        4,
+        &["x", "b", "scales", "", "g_idx"],
+        vec![packed_weight(), scales, g_idx],
+    );
+    assert_names(&e, &["MatMulNBits", "g_idx", "input 4"]);
+}
+
+#[test]
+fn matmul_n_bits_with_two_bit_codes_names_the_attribute() {
+    let scales = init("scales", &[2], &[0.5, 0.25]);
+    let e = matmul_n_bits_error(2, &["x", "b", "scales"], vec![packed_weight(), scales]);
+    assert_names(&e, &["MatMulNBits", "bits=2", "bits=4"]);
+}

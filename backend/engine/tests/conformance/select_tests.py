@@ -24,9 +24,9 @@ RotaryEmbedding NonMaxSuppression ScatterElements RoiAlign GridSample RNN Attent
 """.split())
 
 
-# Element types the engine (and the KServe V2 / Triton protocol) has; tests whose graph inputs,
-# outputs or initializers use others (float8, float4, int4, int2, complex) are not selected.
-TYPES = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16}
+# Element types the engine has: the KServe V2 / Triton ones, and INT4/UINT4 (21, 22), carried as INT8/UINT8;
+# tests whose graph inputs, outputs or initializers use others (float8, float4, int2, complex) are not selected.
+TYPES = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 21, 22}
 
 
 def types_of(graph):

@@ -16,13 +16,14 @@ from onnx import TensorProto, helper, numpy_helper
 rng = np.random.default_rng(23)
 
 
-def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None, domain="com.microsoft", out_types=None):
+def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None, domain="com.microsoft", out_types=None,
+         initializers=()):
     """One single-node graph; `inputs` is [(name, array)] (an empty name and None leave an optional input
     out), `outputs` the node's output names ('' = unused), `out_types` their element types (FLOAT when not
     given). onnxruntime defines some of its operators (SimplifiedLayerNormalization) in the default domain,
-    hence `domain`."""
-    given = [(n, a) for n, a in inputs if n]
-    model = single_node(name, op, inputs, outputs, attrs, domain, out_types)
+    hence `domain`. The inputs named in `initializers` are model weights (initializers), not graph inputs."""
+    given = [(n, a) for n, a in inputs if n and n not in initializers]
+    model = single_node(name, op, inputs, outputs, attrs, domain, out_types, initializers)
     if expected is None:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         expected = sess.run(None, dict(given))
@@ -41,16 +42,17 @@ def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None, domain="
             f.write(numpy_helper.from_array(a).SerializeToString())
 
 
-def single_node(name, op, inputs, outputs, attrs=None, domain="com.microsoft", out_types=None):
+def single_node(name, op, inputs, outputs, attrs=None, domain="com.microsoft", out_types=None, initializers=()):
     """The model of one `op` node, as `case` describes it."""
-    given = [(n, a) for n, a in inputs if n]
+    given = [(n, a) for n, a in inputs if n and n not in initializers]
     value_infos = [
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in given
     ]
+    weights = [numpy_helper.from_array(a, n) for n, a in inputs if n in initializers]
     out_types = out_types or {}
     outs = [helper.make_tensor_value_info(n, out_types.get(n, TensorProto.FLOAT), None) for n in outputs if n]
     node = helper.make_node(op, [n for n, _ in inputs], outputs, domain=domain, **(attrs or {}))
-    graph = helper.make_graph([node], name, value_infos, outs)
+    graph = helper.make_graph([node], name, value_infos, outs, weights)
     return helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
@@ -127,6 +129,7 @@ def main():
     fused_conv(out)
     quantized(out)
     simple_rnn(out)
+    matmul_n_bits(out)
 
 
 def embed_layer_norm(out):
@@ -237,6 +240,61 @@ def quantized(out):
          ["y"])
     case(out, "dynamic_quantize_matmul_no_zero_point", "DynamicQuantizeMatMul",
          [("a", f32(4, 16, scale=1.0)), ("b", q(np.int8, 16, 3)), ("b_scale", s(0.02))], ["y"])
+
+
+def matmul_n_bits(out):
+    """MatMulNBits as onnxruntime's 4-bit quantizer writes it: constant B, scales and zero points; block sizes
+    16 and 32, K a multiple of the block size and not, packed UINT8 and float zero points or none (8), a bias,
+    batch dims on A. onnxruntime 1.20.1's CPU kernel runs only 4-bit weights, so the 8-bit case is checked
+    against numpy, written from the operator's definition."""
+
+    def quantized(k, n, bits, block_size, zero_points):
+        """B, scales, zero points (or None) and the float weight [K, N] they stand for."""
+        blocks = -(-k // block_size)
+        codes = rng.integers(0, 2 ** bits, (n, blocks * block_size)).astype(np.uint8)
+        scales = rng.uniform(0.01, 0.1, (n, blocks)).astype(np.float32)
+        if bits == 4:
+            b = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8).reshape(n, blocks, block_size // 2)
+        else:
+            b = codes.reshape(n, blocks, block_size)
+        zeros = np.full((n, blocks), 2 ** (bits - 1), dtype=np.float32)
+        zp = None
+        if zero_points == "uint8":
+            z = rng.integers(0, 2 ** bits, (n, blocks)).astype(np.uint8)
+            zeros = z.astype(np.float32)
+            if bits == 4:
+                z = np.concatenate([z, np.zeros((n, blocks % 2), np.uint8)], axis=1)
+                z = (z[:, 0::2] | (z[:, 1::2] << 4)).astype(np.uint8)
+            zp = z.reshape(-1)
+        elif zero_points == "float":
+            zeros = rng.uniform(0, 2 ** bits - 1, (n, blocks)).astype(np.float32)
+            zp = zeros.reshape(-1)
+        w = (codes.reshape(n, blocks, block_size) - zeros[:, :, None]) * scales[:, :, None]
+        return b, scales.reshape(-1), zp, w.reshape(n, -1)[:, :k].T
+
+    weights = ("b", "scales", "zero_points", "bias")
+    none = ("", None)
+    for name, a_shape, n, block_size, zero_points, bias in [
+        ("matmul_n_bits", (3, 32), 8, 16, "uint8", False),
+        ("matmul_n_bits_block32_default_zero_point", (2, 3, 64), 6, 32, None, False),
+        ("matmul_n_bits_k_not_a_block_multiple", (2, 3, 40), 5, 16, "uint8", True),
+        ("matmul_n_bits_k_short_of_one_block", (4, 20), 7, 32, "uint8", False),
+        ("matmul_n_bits_float_zero_points_bias", (2, 2, 3, 48), 4, 32, "float", True),
+    ]:
+        k = a_shape[-1]
+        b, scales, zp, _ = quantized(k, n, 4, block_size, zero_points)
+        inputs = [("a", f32(*a_shape, scale=1.0)), ("b", b), ("scales", scales),
+                  ("zero_points", zp) if zp is not None else none]
+        if bias:
+            inputs += [none, ("bias", f32(n, scale=0.5))]
+        case(out, name, "MatMulNBits", inputs, ["y"], {"K": k, "N": n, "bits": 4, "block_size": block_size},
+             initializers=weights)
+    a = f32(2, 3, 40, scale=1.0)
+    b, scales, zp, w = quantized(40, 6, 8, 16, "uint8")
+    bias = f32(6, scale=0.5)
+    case(out, "matmul_n_bits_8_bits", "MatMulNBits",
+         [("a", a), ("b", b), ("scales", scales), ("zero_points", zp), none, ("bias", bias)], ["y"],
+         {"K": 40, "N": 6, "bits": 8, "block_size": 16}, expected=[a @ w + bias], initializers=weights)
 
 
 def simple_rnn(out):
