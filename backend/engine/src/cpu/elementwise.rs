@@ -147,24 +147,32 @@ pub(crate) fn unary_f64(u: UnaryOp, x: f64) -> f64 {
     }
 }
 
-/// `f` of each value of `v`, into `res` (as long as `v`).
-fn map_into<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + Send, res: &mut [O]) {
-    if v.len() >= PAR_MIN {
-        res.par_iter_mut()
-            .zip(v.par_iter())
-            .with_min_len(PAR_MIN / 4)
-            .for_each(|(o, &x)| *o = f(x));
-    } else {
-        res.iter_mut().zip(v).for_each(|(o, &x)| *o = f(x));
+/// Runs `body(start, piece)` over `res` cut into pieces of whole `unit`-element runs, on the pool's
+/// threads when `res` holds at least [`PAR_MIN`] elements (`start`: the piece's first index in `res`).
+///
+/// `body` is a trait object so that the pool's machinery is compiled once per element type: generic
+/// over each operation's closure, the element-wise ops instantiated it about a thousand times, which
+/// was most of the engine's build time. The operation's own loop stays monomorphic inside `body`.
+fn for_pieces<O: Send>(res: &mut [O], unit: usize, body: &(dyn Fn(usize, &mut [O]) + Sync)) {
+    if res.len() < PAR_MIN {
+        body(0, res);
+        return;
     }
+    let piece = (PAR_MIN / 4).div_ceil(unit.max(1)) * unit.max(1);
+    res.par_chunks_mut(piece)
+        .enumerate()
+        .for_each(|(i, d)| body(i * piece, d));
 }
 
-fn map_vec<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + Send) -> Vec<O> {
-    if v.len() >= PAR_MIN {
-        v.par_iter().with_min_len(PAR_MIN / 4).map(|&x| f(x)).collect()
-    } else {
-        v.iter().map(|&x| f(x)).collect()
-    }
+/// `f` of each value of `v`, into `res` (as long as `v`).
+fn map_into<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + Send, res: &mut [O]) {
+    for_pieces(res, 1, &|s, d| d.iter_mut().zip(&v[s..]).for_each(|(o, &x)| *o = f(x)));
+}
+
+fn map_vec<T: Copy + Send + Sync, O: Send + Copy + Default>(v: &[T], f: impl Fn(T) -> O + Sync + Send) -> Vec<O> {
+    let mut res = vec![O::default(); v.len()];
+    map_into(v, f, &mut res);
+    res
 }
 
 fn int_unary<T: Num>(u: UnaryOp, v: &[T]) -> Result<Vec<T>> {
@@ -291,16 +299,11 @@ fn broadcast2_into<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy + Send 
         return;
     }
     if sa == out && sb == out {
-        if n >= PAR_MIN {
-            res.par_iter_mut()
-                .zip(a.par_iter().zip(b.par_iter()))
-                .with_min_len(PAR_MIN / 4)
-                .for_each(|(o, (&x, &y))| *o = f(x, y));
-        } else {
-            res.iter_mut()
-                .zip(a.iter().zip(b))
-                .for_each(|(o, (&x, &y))| *o = f(x, y));
-        }
+        for_pieces(res, 1, &|s, d| {
+            d.iter_mut()
+                .zip(a[s..].iter().zip(&b[s..]))
+                .for_each(|(o, (&x, &y))| *o = f(x, y))
+        });
         return;
     }
     if b.len() == 1 && sa == out {
@@ -353,14 +356,11 @@ fn broadcast2_into<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy + Send 
                 (Run::Const, Run::Const) => dst.fill(f(a[oa], b[ob])),
             }
         };
-        if n >= PAR_MIN {
-            res.par_chunks_mut(block)
-                .with_min_len((PAR_MIN / 4).div_ceil(block))
+        for_pieces(res, block, &|s, d| {
+            d.chunks_mut(block)
                 .enumerate()
-                .for_each(|(bi, d)| run(bi, d));
-        } else {
-            res.chunks_mut(block).enumerate().for_each(|(bi, d)| run(bi, d));
-        }
+                .for_each(|(j, dst)| run(s / block + j, dst))
+        });
         return;
     }
     let (ia, ib) = if r == 0 { (0, 0) } else { (ta[r - 1], tb[r - 1]) };
@@ -378,11 +378,11 @@ fn broadcast2_into<A: Copy + Send + Sync, B: Copy + Send + Sync, O: Copy + Send 
             *o = f(a[oa + j * ia], b[ob + j * ib]);
         }
     };
-    if n >= PAR_MIN {
-        res.par_chunks_mut(inner).enumerate().for_each(|(i, d)| row(i, d));
-    } else {
-        res.chunks_mut(inner).enumerate().for_each(|(i, d)| row(i, d));
-    }
+    for_pieces(res, inner, &|s, d| {
+        d.chunks_mut(inner)
+            .enumerate()
+            .for_each(|(j, dst)| row(s / inner + j, dst))
+    });
 }
 
 /// How an operand is read over a block of trailing output dims.
