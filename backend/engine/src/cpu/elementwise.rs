@@ -166,10 +166,15 @@ fn for_pieces<O: Send>(res: &mut [O], unit: usize, body: &(dyn Fn(usize, &mut [O
 
 /// `f` of each value of `v`, into `res` (as long as `v`).
 fn map_into<T: Copy + Send + Sync, O: Send>(v: &[T], f: impl Fn(T) -> O + Sync + Send, res: &mut [O]) {
-    for_pieces(res, 1, &|s, d| d.iter_mut().zip(&v[s..]).for_each(|(o, &x)| *o = f(x)));
+    for_pieces(res, 1, &|s, d| {
+        d.iter_mut().zip(&v[s..]).for_each(|(o, &x)| *o = f(x))
+    });
 }
 
-fn map_vec<T: Copy + Send + Sync, O: Send + Copy + Default>(v: &[T], f: impl Fn(T) -> O + Sync + Send) -> Vec<O> {
+fn map_vec<T: Copy + Send + Sync, O: Send + Copy + Default>(
+    v: &[T],
+    f: impl Fn(T) -> O + Sync + Send,
+) -> Vec<O> {
     let mut res = vec![O::default(); v.len()];
     map_into(v, f, &mut res);
     res

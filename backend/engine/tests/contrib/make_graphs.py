@@ -36,7 +36,7 @@ def case(out_dir, name, op, inputs, outputs, attrs=None, expected=None, domain="
             f.write(numpy_helper.from_array(a, n).SerializeToString())
     for i, a in enumerate(expected):
         a = np.asarray(a)
-        if a.dtype.kind == "f":
+        if a.dtype == np.float64:
             a = a.astype(np.float32)
         with open(os.path.join(data, f"output_{i}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(a).SerializeToString())
@@ -289,6 +289,12 @@ def matmul_n_bits(out):
             inputs += [none, ("bias", f32(n, scale=0.5))]
         case(out, name, "MatMulNBits", inputs, ["y"], {"K": k, "N": n, "bits": 4, "block_size": block_size},
              initializers=weights)
+    # FP16 A and scales (T1 = float16): the product and its output are FP16
+    b, scales, zp, _ = quantized(32, 6, 4, 16, "uint8")
+    case(out, "matmul_n_bits_fp16", "MatMulNBits",
+         [("a", f32(3, 32, scale=1.0).astype(np.float16)), ("b", b), ("scales", scales.astype(np.float16)),
+          ("zero_points", zp)], ["y"], {"K": 32, "N": 6, "bits": 4, "block_size": 16},
+         out_types={"y": TensorProto.FLOAT16}, initializers=weights)
     a = f32(2, 3, 40, scale=1.0)
     b, scales, zp, w = quantized(40, 6, 8, 16, "uint8")
     bias = f32(6, scale=0.5)
