@@ -54,7 +54,7 @@ build-release: ## optimised binaries
 	$(CARGO) build --workspace --release --bins
 
 build-pod: ## optimised binaries of the pod's two processes only (what `make run` needs)
-	$(CARGO) build --release -p infergate-gateway -p infergate-backend --bins
+	$(CARGO) build --release -p infergate-gateway -p infergate-backend --bin infergate-gateway --bin infergate-backend
 
 lint: ## rustfmt and clippy, warnings are errors
 	@echo "==> cargo fmt --check"
