@@ -12,6 +12,7 @@ mod constant;
 mod contrib;
 mod control;
 mod conv;
+mod dynamic_quantize_lstm;
 mod dynamic_quantize_matmul;
 mod einsum;
 mod elementwise;
@@ -115,6 +116,7 @@ pub(crate) fn registry() -> impl Iterator<Item = &'static OnnxOp> {
         qlinear_binary::ONNX,
         dynamic_quantize_matmul::ONNX,
         matmul_n_bits::ONNX,
+        dynamic_quantize_lstm::ONNX,
     ]
     .into_iter()
     .flatten()

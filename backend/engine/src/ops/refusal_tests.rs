@@ -298,3 +298,68 @@ fn matmul_n_bits_with_two_bit_codes_names_the_attribute() {
     let e = matmul_n_bits_error(2, &["x", "b", "scales"], vec![packed_weight(), scales]);
     assert_names(&e, &["MatMulNBits", "bits=2", "bits=4"]);
 }
+
+/// The load error of a forward DynamicQuantizeLSTM node (hidden 1) over `x` [2, 3, 3] with inputs
+/// `inputs`; INT8 W, R and their scales and zero points are initializers, `scale_in` a graph input.
+fn dynamic_quantize_lstm_error(inputs: &[&str]) -> crate::EngineError {
+    let int8 = |name: &str, dims: &[i64]| TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: 3,
+        raw_data: vec![1; dims.iter().product::<i64>() as usize],
+        ..Default::default()
+    };
+    let mut lstm = node(
+        "DynamicQuantizeLSTM",
+        inputs,
+        "y",
+        vec![int_attr("hidden_size", 1)],
+    );
+    lstm.domain = super::onnx::MICROSOFT.into();
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![
+            OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            },
+            OperatorSetIdProto {
+                domain: super::onnx::MICROSOFT.into(),
+                version: 1,
+            },
+        ],
+        graph: Some(GraphProto {
+            node: vec![lstm],
+            name: "g".into(),
+            initializer: vec![
+                int8("w", &[1, 3, 4]),
+                int8("r", &[1, 1, 4]),
+                init("w_scale", &[1], &[0.01]),
+                int8("w_zero", &[1]),
+                init("r_scale", &[1], &[0.02]),
+                int8("r_zero", &[1]),
+            ],
+            input: vec![float_input("x", &[2, 3, 3]), float_input("scale_in", &[1])],
+            output: vec![untyped("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Model::from_bytes(&m.encode_to_vec(), None).unwrap_err()
+}
+
+#[test]
+fn dynamic_quantize_lstm_with_computed_weights_names_the_input() {
+    let e = dynamic_quantize_lstm_error(&[
+        "x", "x", "r", "", "", "", "", "", "w_scale", "w_zero", "r_scale", "r_zero",
+    ]);
+    assert_names(&e, &["DynamicQuantizeLSTM", "input W (1)", "initializers"]);
+}
+
+#[test]
+fn dynamic_quantize_lstm_with_computed_scales_names_the_input() {
+    let e = dynamic_quantize_lstm_error(&[
+        "x", "w", "r", "", "", "", "", "", "w_scale", "w_zero", "scale_in", "r_zero",
+    ]);
+    assert_names(&e, &["DynamicQuantizeLSTM", "input R_scale (10)", "initializers"]);
+}

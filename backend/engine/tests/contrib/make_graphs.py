@@ -130,6 +130,7 @@ def main():
     quantized(out)
     simple_rnn(out)
     matmul_n_bits(out)
+    dynamic_quantize_lstm(out)
 
 
 def embed_layer_norm(out):
@@ -301,6 +302,61 @@ def matmul_n_bits(out):
     case(out, "matmul_n_bits_8_bits", "MatMulNBits",
          [("a", a), ("b", b), ("scales", scales), ("zero_points", zp), none, ("bias", bias)], ["y"],
          {"K": 40, "N": 6, "bits": 8, "block_size": 16}, expected=[a @ w + bias], initializers=weights)
+
+
+def dynamic_quantize_lstm(out):
+    """DynamicQuantizeLSTM as onnxruntime's quantize_dynamic writes it: constant INT8 or UINT8 W
+    [num_directions, input, 4·hidden] and R [num_directions, hidden, 4·hidden] with FP32 scales and zero
+    points per direction or per column; forward and bidirectional, a bias, sequence_lens, initial_h and
+    initial_c, peepholes. Each case is written twice: `<name>` expects onnxruntime's kernel, which also
+    quantizes X and H to UINT8 at every step, and `<name>_float_reference` expects onnxruntime's float LSTM on
+    the dequantized weights, which the engine computes. onnxruntime 1.20.1 refuses per-column zero points
+    that are not all zero (INT8) or not all equal (UINT8), so the generated ones are."""
+    seq, batch, inp, hid = 5, 3, 4, 6
+    x = f32(seq, batch, inp, scale=1.0)
+    lens = np.array([5, 2, 4], dtype=np.int32)
+    none = ("", None)
+
+    def quantized(dtype, dirs, rows, per_column, zero_points):
+        """Codes [dirs, rows, 4·hid], scale and zero point, and the ONNX LSTM weight [dirs, 4·hid, rows]
+        they stand for."""
+        info = np.iinfo(dtype)
+        codes = rng.integers(info.min, info.max + 1, (dirs, rows, 4 * hid)).astype(dtype)
+        shape = (dirs, 4 * hid) if per_column else (dirs,)
+        scale = rng.uniform(0.002, 0.006, shape).astype(np.float32)
+        zero = np.broadcast_to(np.array(zero_points, dtype=dtype).reshape((dirs,) + (1,) * (len(shape) - 1)),
+                               shape).copy()
+        columns = (lambda t: t[:, None, :]) if per_column else (lambda t: t[:, None, None])
+        w = (codes.astype(np.float32) - columns(zero.astype(np.float32))) * columns(scale)
+        return codes, scale, zero, np.ascontiguousarray(w.transpose(0, 2, 1))
+
+    weights = ("w", "r", "w_scale", "w_zero", "r_scale", "r_zero")
+    for name, dtype, direction, per_column, zeros, optional in [
+        ("dynamic_quantize_lstm_i8", np.int8, "forward", False, [-3], ["b"]),
+        ("dynamic_quantize_lstm_u8_per_column_lengths", np.uint8, "forward", True, [128],
+         ["b", "lens", "h0", "c0"]),
+        ("dynamic_quantize_lstm_bidirectional_i8_per_column", np.int8, "bidirectional", True, [0, 0],
+         ["b", "lens", "h0", "c0", "p"]),
+        ("dynamic_quantize_lstm_bidirectional_u8", np.uint8, "bidirectional", False, [120, 135],
+         ["lens", "h0", "c0"]),
+    ]:
+        dirs = 2 if direction == "bidirectional" else 1
+        w, w_scale, w_zero, w_float = quantized(dtype, dirs, inp, per_column, zeros)
+        r, r_scale, r_zero, r_float = quantized(dtype, dirs, hid, per_column, zeros)
+        given = {"b": f32(dirs, 8 * hid, scale=0.5), "lens": lens, "h0": f32(dirs, batch, hid, scale=0.5),
+                 "c0": f32(dirs, batch, hid, scale=0.5), "p": f32(dirs, 3 * hid, scale=0.5)}
+        lstm = [(n, given[n]) if n in optional else none for n in ["b", "lens", "h0", "c0", "p"]]
+        inputs = [("x", x), ("w", w), ("r", r)] + lstm + [("w_scale", w_scale), ("w_zero", w_zero),
+                                                         ("r_scale", r_scale), ("r_zero", r_zero)]
+        attrs = {"hidden_size": hid, "direction": direction}
+        outs = ["y", "y_h", "y_c"]
+        case(out, name, "DynamicQuantizeLSTM", inputs, outs, attrs, initializers=weights)
+        reference = single_node(name, "LSTM", [("x", x), ("w", w_float), ("r", r_float)] + lstm, outs, attrs,
+                                domain="", initializers=("w", "r"))
+        sess = ort.InferenceSession(reference.SerializeToString(), providers=["CPUExecutionProvider"])
+        expected = sess.run(None, {n: a for n, a in [("x", x)] + lstm if n})
+        case(out, f"{name}_float_reference", "DynamicQuantizeLSTM", inputs, outs, attrs, expected=expected,
+             initializers=weights)
 
 
 def simple_rnn(out):
