@@ -77,6 +77,17 @@ impl ConvGeom<'_> {
         self.group == 1 && self.pointwise() && self.in_sp.iter().all(|&d| d == 1)
     }
 
+    /// True for a 2-D 1×1 convolution with strides and no padding (ResNet's downsampling
+    /// shortcuts), run as a pointwise one on the input decimated to the output grid.
+    fn strided_pointwise(&self) -> bool {
+        self.in_sp.len() == 2
+            && self.in_sp.iter().all(|&d| d > 0)
+            && self.kernel.iter().all(|&k| k == 1)
+            && self.pads.iter().all(|&p| p == 0)
+            && self.strides.iter().any(|&s| s > 1)
+            && (0..2).all(|d| self.out_sp[d] == (self.in_sp[d] - 1) / self.strides[d] + 1)
+    }
+
     fn pointwise(&self) -> bool {
         let in_len: usize = self.in_sp.iter().product();
         let out_len: usize = self.out_sp.iter().product();
@@ -85,6 +96,22 @@ impl ConvGeom<'_> {
             && self.pads.iter().all(|&p| p == 0)
             && in_len == out_len
     }
+}
+
+/// `x` ([N, C, H, W]) at the output positions of a 1×1 convolution with strides and no padding:
+/// `[N, C, OH, OW]`, value (oy, ox) read from (oy·sh, ox·sw).
+fn decimate(x: &[f32], g: &ConvGeom<'_>) -> Vec<f32> {
+    let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
+    let (oh, ow) = (g.out_sp[0], g.out_sp[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let mut out = Vec::with_capacity(g.n * g.c * oh * ow);
+    for plane in x.chunks_exact(ih * iw).take(g.n * g.c) {
+        for oy in 0..oh {
+            let row = &plane[oy * sh * iw..][..iw];
+            out.extend(row.iter().step_by(sw).take(ow));
+        }
+    }
+    out
 }
 
 /// The weights `w` ([M, C/group, k…]) of each group packed as the A operand of the product.
@@ -266,6 +293,18 @@ fn conv_isa(
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();
+    if g.strided_pointwise() {
+        // One input position per output: the input on the output grid, then a pointwise product.
+        // Through im2col, every phase of every input plane would be copied first.
+        let on_grid = decimate(x, g);
+        let one = [1, 1];
+        let pointwise = ConvGeom {
+            in_sp: g.out_sp,
+            strides: &one,
+            ..*g
+        };
+        return conv_isa(isa, &on_grid, w, bias, &pointwise, epi, packed);
+    }
     // every element is written below (by the depthwise kernel or the products)
     let mut out = arena::take(g.n * g.m * out_len);
     if out.is_empty() {

@@ -182,6 +182,14 @@ fn convolutions_match_a_direct_loop_on_every_instruction_set() {
         case(1, 3, 17, 19, 16, 3, 2, 1, 1, 1),
         case(3, 4, 6, 6, 12, 1, 1, 0, 1, 1),
         case(1, 4, 7, 6, 8, 1, 2, 0, 1, 1),
+        // strided 1×1 (downsampling shortcuts): decimated, then pointwise; with groups, with one
+        // filter per channel, and with a stride on one axis only
+        case(2, 6, 9, 11, 10, 1, 2, 0, 1, 2),
+        case(1, 8, 6, 7, 8, 1, 3, 0, 1, 8),
+        Case {
+            s: [3, 1],
+            ..case(1, 5, 10, 7, 7, 1, 1, 0, 1, 1)
+        },
         case(1, 6, 8, 8, 9, 3, 1, 1, 1, 3),
         case(2, 3, 13, 13, 10, 7, 2, 3, 1, 1),
         case(1, 16, 5, 5, 20, 3, 1, 0, 1, 1),
