@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use prost::Message;
 
+use super::refusal_tests::int_attr;
 use crate::onnx::int4::{INT4, UINT4};
 use crate::onnx::proto::*;
 use crate::onnx::test_graph::{init, node};
@@ -31,15 +32,6 @@ fn four_bit(name: &str, code: i32, dims: &[i64], values: &[i8], as_int32: bool) 
         } else {
             Vec::new()
         },
-        ..Default::default()
-    }
-}
-
-fn int_attr(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::INT,
-        i: v,
         ..Default::default()
     }
 }

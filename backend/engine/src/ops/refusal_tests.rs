@@ -65,7 +65,7 @@ fn string_attr(name: &str, v: &str) -> AttributeProto {
     }
 }
 
-fn int_attr(name: &str, v: i64) -> AttributeProto {
+pub(super) fn int_attr(name: &str, v: i64) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::INT,
@@ -210,21 +210,14 @@ fn non_zero_over_computed_values_plans_per_input_value() {
     }
 }
 
-/// The load error of a MatMulNBits node over `x` [2, 3, 3] (`K` = 3, `N` = 2, `bits`-bit codes in
-/// blocks of 16) with inputs `inputs` and initializers `initializer`.
-fn matmul_n_bits_error(bits: i64, inputs: &[&str], initializer: Vec<TensorProto>) -> crate::EngineError {
-    let mut mm = node(
-        "MatMulNBits",
-        inputs,
-        "y",
-        vec![
-            int_attr("K", 3),
-            int_attr("N", 2),
-            int_attr("bits", bits),
-            int_attr("block_size", 16),
-        ],
-    );
-    mm.domain = super::onnx::MICROSOFT.into();
+/// The load error of a model (opset 17, com.microsoft 1) whose one node `contrib` is of the
+/// com.microsoft domain, with graph inputs `input` and initializers `initializer`.
+fn contrib_load_error(
+    mut contrib: NodeProto,
+    initializer: Vec<TensorProto>,
+    input: Vec<ValueInfoProto>,
+) -> crate::EngineError {
+    contrib.domain = super::onnx::MICROSOFT.into();
     let m = ModelProto {
         ir_version: 8,
         opset_import: vec![
@@ -238,16 +231,37 @@ fn matmul_n_bits_error(bits: i64, inputs: &[&str], initializer: Vec<TensorProto>
             },
         ],
         graph: Some(GraphProto {
-            node: vec![mm],
+            node: vec![contrib],
             name: "g".into(),
             initializer,
-            input: vec![float_input("x", &[2, 3, 3]), float_input("scales_in", &[2])],
+            input,
             output: vec![untyped("y")],
             ..Default::default()
         }),
         ..Default::default()
     };
     Model::from_bytes(&m.encode_to_vec(), None).unwrap_err()
+}
+
+/// The load error of a MatMulNBits node over `x` [2, 3, 3] (`K` = 3, `N` = 2, `bits`-bit codes in
+/// blocks of 16) with inputs `inputs` and initializers `initializer`.
+fn matmul_n_bits_error(bits: i64, inputs: &[&str], initializer: Vec<TensorProto>) -> crate::EngineError {
+    let mm = node(
+        "MatMulNBits",
+        inputs,
+        "y",
+        vec![
+            int_attr("K", 3),
+            int_attr("N", 2),
+            int_attr("bits", bits),
+            int_attr("block_size", 16),
+        ],
+    );
+    contrib_load_error(
+        mm,
+        initializer,
+        vec![float_input("x", &[2, 3, 3]), float_input("scales_in", &[2])],
+    )
 }
 
 /// B `[2, 1, 8]` (4-bit codes, one block of 16 per column) as an initializer.
@@ -309,43 +323,24 @@ fn dynamic_quantize_lstm_error(inputs: &[&str]) -> crate::EngineError {
         raw_data: vec![1; dims.iter().product::<i64>() as usize],
         ..Default::default()
     };
-    let mut lstm = node(
+    let lstm = node(
         "DynamicQuantizeLSTM",
         inputs,
         "y",
         vec![int_attr("hidden_size", 1)],
     );
-    lstm.domain = super::onnx::MICROSOFT.into();
-    let m = ModelProto {
-        ir_version: 8,
-        opset_import: vec![
-            OperatorSetIdProto {
-                domain: String::new(),
-                version: 17,
-            },
-            OperatorSetIdProto {
-                domain: super::onnx::MICROSOFT.into(),
-                version: 1,
-            },
+    contrib_load_error(
+        lstm,
+        vec![
+            int8("w", &[1, 3, 4]),
+            int8("r", &[1, 1, 4]),
+            init("w_scale", &[1], &[0.01]),
+            int8("w_zero", &[1]),
+            init("r_scale", &[1], &[0.02]),
+            int8("r_zero", &[1]),
         ],
-        graph: Some(GraphProto {
-            node: vec![lstm],
-            name: "g".into(),
-            initializer: vec![
-                int8("w", &[1, 3, 4]),
-                int8("r", &[1, 1, 4]),
-                init("w_scale", &[1], &[0.01]),
-                int8("w_zero", &[1]),
-                init("r_scale", &[1], &[0.02]),
-                int8("r_zero", &[1]),
-            ],
-            input: vec![float_input("x", &[2, 3, 3]), float_input("scale_in", &[1])],
-            output: vec![untyped("y")],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    Model::from_bytes(&m.encode_to_vec(), None).unwrap_err()
+        vec![float_input("x", &[2, 3, 3]), float_input("scale_in", &[1])],
+    )
 }
 
 #[test]
