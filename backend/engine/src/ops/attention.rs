@@ -308,18 +308,8 @@ fn mask_bias(
     let (keep, axes) = match kind {
         MaskKind::EndPositions => {
             // positions 0..kv_len against each sequence's valid length
-            let len = chain.push(
-                "kv_len",
-                Op::Shape {
-                    start: 1,
-                    end: Some(2),
-                },
-                &[k],
-            );
-            let len = chain.push("kv_len_scalar", Op::Squeeze { axes: Some(vec![0]) }, &[len]);
-            let zero = chain.scalar_i64(0);
-            let one = chain.scalar_i64(1);
-            let positions = chain.push("positions", Op::Range, &[zero, len, one]);
+            let len = chain.axis_len("kv_len", k, 1);
+            let positions = chain.positions("positions", len);
             let ends = chain.push("valid_len", Op::Cast { to: DataType::I64 }, &[m]);
             let ends = chain.push("valid_len_column", Op::Unsqueeze { axes: Some(vec![1]) }, &[ends]);
             (

@@ -119,6 +119,30 @@ impl<'c, 'g> Chain<'c, 'g> {
         self.cx.constant(&self.name, ints_const(v))
     }
 
+    /// The length of `v`'s axis `axis` as a scalar INT64: steps `step` (Shape) and `{step}_scalar`.
+    pub(crate) fn axis_len(&mut self, step: &str, v: ValueId, axis: i64) -> ValueId {
+        let len = self.push(
+            step,
+            Op::Shape {
+                start: axis,
+                end: Some(axis + 1),
+            },
+            &[v],
+        );
+        self.push(
+            &format!("{step}_scalar"),
+            Op::Squeeze { axes: Some(vec![0]) },
+            &[len],
+        )
+    }
+
+    /// `0, 1, …, len − 1` as INT64, `len` a scalar INT64.
+    pub(crate) fn positions(&mut self, step: &str, len: ValueId) -> ValueId {
+        let zero = self.scalar_i64(0);
+        let one = self.scalar_i64(1);
+        self.push(step, Op::Range, &[zero, len, one])
+    }
+
     /// The graph being built (to read what the loader knows of a value).
     pub(crate) fn graph(&self) -> &crate::ir::Graph {
         self.cx.graph

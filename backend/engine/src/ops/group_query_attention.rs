@@ -133,7 +133,7 @@ fn convert(
     let past = chain.binary("past_lens_unclamped", BinaryOp::Sub, total, seq);
     let past = chain.binary("past_lens", BinaryOp::Max, past, zero);
     let past_column = chain.push("past_lens_column", Op::Unsqueeze { axes: Some(vec![1]) }, &[past]);
-    let steps = chain.push("steps", Op::Range, &[zero, seq_scalar, one]);
+    let steps = chain.positions("steps", seq_scalar);
     // [batch, seq]: the position of each new token
     let positions = chain.binary("positions", BinaryOp::Add, past_column, steps);
 
@@ -304,9 +304,8 @@ fn write_new_rows(
         Op::Squeeze { axes: Some(vec![0]) },
         &[rows],
     );
-    let zero = chain.scalar_i64(0);
+    let j = chain.positions("present_row_ids", rows_scalar);
     let one = chain.scalar_i64(1);
-    let j = chain.push("present_row_ids", Op::Range, &[zero, rows_scalar, one]);
     // row j reads keys[j] before past_b, keys[past_rows + j − past_b] from past_b on
     let from_start = chain.binary("rows_after_past", BinaryOp::Sub, j, past_column);
     let new_row = chain.binary("new_row_ids", BinaryOp::Add, from_start, past_rows);
@@ -350,18 +349,8 @@ fn causal_padding_bias(
     steps: ValueId,
     like: ValueId,
 ) -> ValueId {
-    let rows = chain.push(
-        "key_rows",
-        Op::Shape {
-            start: 2,
-            end: Some(3),
-        },
-        &[present_key],
-    );
-    let rows = chain.push("key_rows_scalar", Op::Squeeze { axes: Some(vec![0]) }, &[rows]);
-    let zero = chain.scalar_i64(0);
-    let one = chain.scalar_i64(1);
-    let j = chain.push("key_ids", Op::Range, &[zero, rows, one]);
+    let rows = chain.axis_len("key_rows", present_key, 2);
+    let j = chain.positions("key_ids", rows);
     let causal = chain.binary("causal_limit", BinaryOp::Add, past_column, steps);
     let last = chain.push("last_key", Op::Unsqueeze { axes: Some(vec![1]) }, &[last]);
     let limit = chain.binary("key_limit", BinaryOp::Min, causal, last);

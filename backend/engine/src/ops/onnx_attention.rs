@@ -367,36 +367,19 @@ fn causal_bias(
     past_key: Option<ValueId>,
     like: ValueId,
 ) -> ValueId {
-    let scalar_dim = |chain: &mut Chain<'_, '_>, step: &str, x: ValueId, axis: i64| {
-        let d = chain.push(
-            step,
-            Op::Shape {
-                start: axis,
-                end: Some(axis + 1),
-            },
-            &[x],
-        );
-        chain.push(
-            &format!("{step}_scalar"),
-            Op::Squeeze { axes: Some(vec![0]) },
-            &[d],
-        )
-    };
-    let q_len = scalar_dim(chain, "causal_q_len", q4, 2);
-    let total = scalar_dim(chain, "causal_total", k4, 2);
-    let zero = chain.scalar_i64(0);
-    let one = chain.scalar_i64(1);
-    let rows = chain.push("causal_rows", Op::Range, &[zero, q_len, one]);
+    let q_len = chain.axis_len("causal_q_len", q4, 2);
+    let total = chain.axis_len("causal_total", k4, 2);
+    let rows = chain.positions("causal_rows", q_len);
     let mut rows = chain.push(
         "causal_rows_column",
         Op::Unsqueeze { axes: Some(vec![1]) },
         &[rows],
     );
     if let Some(pk) = past_key {
-        let past = scalar_dim(chain, "causal_past_len", pk, 2);
+        let past = chain.axis_len("causal_past_len", pk, 2);
         rows = chain.binary("causal_rows_offset", BinaryOp::Add, rows, past);
     }
-    let cols = chain.push("causal_cols", Op::Range, &[zero, total, one]);
+    let cols = chain.positions("causal_cols", total);
     let keep = chain.binary("causal_keep", BinaryOp::LessOrEqual, cols, rows);
     let pass = chain.scalar_like("causal_pass", 0.0, like);
     let block = chain.scalar_like("causal_block", f32::NEG_INFINITY, like);
@@ -405,22 +388,8 @@ fn causal_bias(
 
 /// `[batch, 1, 1, total]`: 0 for the first `nonpad_kv_seqlen[b]` keys of sequence b, −∞ after.
 fn padding_bias(chain: &mut Chain<'_, '_>, lens: ValueId, k4: ValueId, like: ValueId) -> ValueId {
-    let total = chain.push(
-        "padding_total",
-        Op::Shape {
-            start: 2,
-            end: Some(3),
-        },
-        &[k4],
-    );
-    let total = chain.push(
-        "padding_total_scalar",
-        Op::Squeeze { axes: Some(vec![0]) },
-        &[total],
-    );
-    let zero = chain.scalar_i64(0);
-    let one = chain.scalar_i64(1);
-    let positions = chain.push("padding_positions", Op::Range, &[zero, total, one]);
+    let total = chain.axis_len("padding_total", k4, 2);
+    let positions = chain.positions("padding_positions", total);
     let lens = chain.push("padding_lens", Op::Cast { to: DataType::I64 }, &[lens]);
     let lens = chain.push(
         "padding_lens_column",

@@ -253,18 +253,8 @@ fn microsoft_positions(
         Some(2) => Ok(position_ids),
         Some(0 | 1) => {
             let seq_axis = if rank == 4 { 2 } else { 1 };
-            let seq = chain.push(
-                "seq_len",
-                Op::Shape {
-                    start: seq_axis,
-                    end: Some(seq_axis + 1),
-                },
-                &[x],
-            );
-            let seq = chain.push("seq_len_scalar", Op::Squeeze { axes: Some(vec![0]) }, &[seq]);
-            let zero = chain.scalar_i64(0);
-            let one = chain.scalar_i64(1);
-            let steps = chain.push("steps", Op::Range, &[zero, seq, one]);
+            let seq = chain.axis_len("seq_len", x, seq_axis);
+            let steps = chain.positions("steps", seq);
             let one_shape = chain.ints(&[1]);
             let offset = chain.push(
                 "offset",
