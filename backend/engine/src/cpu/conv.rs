@@ -8,7 +8,7 @@ use crate::cpu::arena;
 use crate::cpu::depthwise::depthwise2d;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
-use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA};
+use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA, put_in_panels, zero_past_columns};
 use crate::cpu::padded::{PadPlane, Window, copy_row, valid_range};
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
@@ -148,6 +148,45 @@ impl BSource for Im2col<'_> {
     fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) {
         im2col_block(self.isa, self, k0, kl, n0, nr, w, dst);
     }
+
+    fn pack_panels(&self, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) {
+        im2col_panels(self.isa, self, k0, kl, n0, cols, w, dst);
+    }
+}
+
+/// [`BSource::pack_panels`] of an [`Im2col`]: for each matrix row, the runs of its columns within
+/// one output row, each a contiguous piece of a padded plane, read front to back.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn im2col_panels_body<const FMA: bool>(
+    src: &Im2col<'_>,
+    k0: usize,
+    kl: usize,
+    n0: usize,
+    cols: usize,
+    w: usize,
+    dst: &mut [f32],
+) {
+    // (offset in a padded plane, column, length) of each run
+    let mut runs = Vec::with_capacity(cols / src.ow + 2);
+    let mut p = n0;
+    while p < n0 + cols {
+        let (oy, ox) = (p / src.ow, p % src.ow);
+        let len = (src.ow - ox).min(n0 + cols - p);
+        runs.push((src.plane.row_offset(oy) + ox, p - n0, len));
+        p += len;
+    }
+    for (kk, &base) in src.taps[k0..k0 + kl].iter().enumerate() {
+        for &(off, col, len) in &runs {
+            put_in_panels(dst, kl, w, kk, col, &src.pad[base + off..base + off + len]);
+        }
+    }
+    zero_past_columns(dst, kl, w, cols);
+}
+
+multiversion! {
+    #[allow(clippy::too_many_arguments)]
+    fn im2col_panels(src: &Im2col<'_>, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) = im2col_panels_body;
 }
 
 #[inline(always)]

@@ -26,6 +26,9 @@ pub(crate) trait RowEpilogue: Sync {
     /// Apply to each `rows[i]`, which is row `row0 + i` of the output, columns
     /// `col0..col0 + rows[i].len()`.
     fn apply_rows(&self, row0: usize, col0: usize, rows: &mut [&mut [f32]]);
+    /// Hint that rows `row0..row0 + rows`, columns `col0..col0 + cols` will be applied to soon:
+    /// operands read there are fetched into the cache meanwhile.
+    fn prefetch(&self, _row0: usize, _col0: usize, _rows: usize, _cols: usize) {}
 }
 
 /// No tail.
@@ -155,6 +158,25 @@ impl<'a> Epi<'a> {
         self.apply_rows_at(row, col0, &mut [v]);
     }
 
+    /// Fetch into the cache what applying to rows `row0..row0 + rows`, columns
+    /// `col0..col0 + cols` will read: the operands that hold a value per element or per column.
+    pub(crate) fn prefetch_at(&self, row0: usize, col0: usize, rows: usize, cols: usize) {
+        for s in &self.steps {
+            match s {
+                Step::Binary(_, Operand::Full(d)) => {
+                    let at = row0 * self.row_len + col0;
+                    if at < d.len() {
+                        crate::cpu::simd::prefetch_rows(d[at..].as_ptr(), self.row_len, rows, cols);
+                    }
+                }
+                Step::Binary(_, Operand::Col(c)) if col0 < c.len() => {
+                    crate::cpu::simd::prefetch_rows(c[col0..].as_ptr(), 0, 1, cols);
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Apply to `rows[i]`: row `row0 + i`, columns `col0..col0 + rows[i].len()` of the output.
     pub(crate) fn apply_rows_at(&self, row0: usize, col0: usize, rows: &mut [&mut [f32]]) {
         if !self.steps.is_empty() {
@@ -170,6 +192,10 @@ impl RowEpilogue for Offset<'_, '_> {
 
     fn apply_rows(&self, row0: usize, col0: usize, rows: &mut [&mut [f32]]) {
         self.epi.apply_rows_at(self.row0 + row0, col0, rows);
+    }
+
+    fn prefetch(&self, row0: usize, col0: usize, rows: usize, cols: usize) {
+        self.epi.prefetch_at(self.row0 + row0, col0, rows, cols);
     }
 }
 

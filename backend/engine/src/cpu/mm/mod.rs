@@ -50,6 +50,9 @@ struct Geo {
 /// Panels of A per block of rows (a `MC × KC` block of A stays in L2).
 const MC_PANELS: usize = 64;
 
+/// Bytes of packed B made in one pass over B's rows (a quarter to a half of a core's L2).
+const B_BLOCK_BYTES: usize = 1 << 20;
+
 /// Values of A from which packing is spread over the pool's threads.
 const PACK_PARALLEL: usize = 1 << 16;
 
@@ -215,6 +218,44 @@ pub(crate) trait BSource: Sync {
     /// (`nr ≤ w`). Columns `nr..w` may hold any values: they only reach accumulator lanes that are
     /// never stored.
     fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]);
+
+    /// Write rows `k0..k0 + kl`, columns `n0..n0 + cols` of B into `dst` as consecutive panels of
+    /// `w` columns, each as [`BSource::pack`] writes one: panel `t` holds columns
+    /// `n0 + t·w ..`. Sources whose rows are contiguous override this to read each row once,
+    /// front to back, which the hardware prefetchers follow; one panel at a time reads `kl` rows
+    /// a short piece each, every piece on its own page.
+    fn pack_panels(&self, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) {
+        for (t, panel) in dst.chunks_exact_mut(kl * w).take(cols.div_ceil(w)).enumerate() {
+            let c0 = t * w;
+            self.pack(k0, kl, n0 + c0, w.min(cols - c0), w, panel);
+        }
+    }
+}
+
+/// Zero the columns past `cols` in the last of the panels of `w` columns (`kl` rows each) that
+/// hold `cols` columns, so that no stray value (a NaN, a subnormal) is multiplied.
+pub(crate) fn zero_past_columns(dst: &mut [f32], kl: usize, w: usize, cols: usize) {
+    let rest = cols.next_multiple_of(w) - cols;
+    if rest > 0 {
+        for row in dst[(cols / w) * kl * w..][..kl * w].chunks_exact_mut(w) {
+            row[w - rest..].fill(0.0);
+        }
+    }
+}
+
+/// Write `src`, the values of row `kk` from column `col` on, into panels of `w` columns laid out
+/// as [`BSource::pack_panels`] writes them (`kl` rows per panel).
+#[inline(always)]
+pub(crate) fn put_in_panels(dst: &mut [f32], kl: usize, w: usize, kk: usize, col: usize, src: &[f32]) {
+    let mut done = 0;
+    while done < src.len() {
+        let c = col + done;
+        let (t, j) = (c / w, c % w);
+        let len = (w - j).min(src.len() - done);
+        let at = t * kl * w + kk * w + j;
+        copy_row(&mut dst[at..at + len], &src[done..done + len]);
+        done += len;
+    }
 }
 
 /// A strided matrix as a [`BSource`], scaled by `alpha`.
@@ -265,6 +306,22 @@ impl BSource for DenseB<'_> {
                 }
             }
         }
+    }
+
+    fn pack_panels(&self, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) {
+        let MatRef { data, off, rs, cs } = self.m;
+        if cs != 1 || self.alpha != 1.0 {
+            for (t, panel) in dst.chunks_exact_mut(kl * w).take(cols.div_ceil(w)).enumerate() {
+                let c0 = t * w;
+                self.pack(k0, kl, n0 + c0, w.min(cols - c0), w, panel);
+            }
+            return;
+        }
+        for kk in 0..kl {
+            let s = off + (k0 + kk) * rs + n0;
+            put_in_panels(dst, kl, w, kk, 0, &data[s..s + cols]);
+        }
+        zero_past_columns(dst, kl, w, cols);
     }
 }
 
@@ -472,8 +529,11 @@ fn run_task(
 ) {
     let (m, k) = (a.m, a.k);
     let (_, n) = b.dims();
+    // Column tiles whose packed B blocks are made together (one pass over each row of B), as many
+    // as fit in a quarter of L2 beside the A block.
+    let block_tiles = (B_BLOCK_BYTES / (g.kc.min(k) * g.nr * 4)).max(1);
     let mut scratch = match b {
-        BOp::Src { .. } => vec![0f32; g.kc.min(k) * g.nr],
+        BOp::Src { .. } => vec![0f32; g.kc.min(k) * g.nr * block_tiles.min(tiles.len())],
         BOp::Packed(_) => Vec::new(),
     };
     let noop = epi.is_noop();
@@ -481,66 +541,76 @@ fn run_task(
     while k0 < k {
         let kl = g.kc.min(k - k0);
         let last = k0 + kl == k;
-        let mut mb = panels.start;
-        while mb < panels.end {
-            let me = (mb + MC_PANELS).min(panels.end);
-            for t in tiles.clone() {
-                let n0 = t * g.nr;
-                let nr = g.nr.min(n - n0);
-                let bp: &[f32] = match b {
-                    BOp::Packed(p) => &p.data[t * k * g.nr + k0 * g.nr..][..kl * g.nr],
-                    BOp::Src { src, .. } => {
-                        src.pack(k0, kl, n0, nr, g.nr, &mut scratch[..kl * g.nr]);
-                        &scratch[..kl * g.nr]
-                    }
-                };
-                for p in mb..me {
-                    let m0 = p * g.mr;
-                    let mr = g.mr.min(m - m0);
-                    let ap = &a.data[p * g.mr * k + k0 * g.mr..][..kl * g.mr];
-                    let tinit = if k0 > 0 {
-                        x86::TileInit::LoadC
-                    } else {
-                        match init {
-                            Init::Zero => x86::TileInit::Zero,
-                            Init::Row(v) => x86::TileInit::Row(v[m0..m0 + mr].as_ptr()),
-                            Init::Col(v) => x86::TileInit::Col(v[n0..n0 + nr].as_ptr()),
-                            Init::Acc => x86::TileInit::LoadC,
-                        }
+        let mut tb = tiles.start;
+        while tb < tiles.end {
+            let te = (tb + block_tiles).min(tiles.end);
+            if let BOp::Src { src, .. } = b {
+                let cols = (te * g.nr).min(n) - tb * g.nr;
+                let len = (te - tb) * kl * g.nr;
+                src.pack_panels(k0, kl, tb * g.nr, cols, g.nr, &mut scratch[..len]);
+            }
+            let mut mb = panels.start;
+            while mb < panels.end {
+                let me = (mb + MC_PANELS).min(panels.end);
+                for t in tb..te {
+                    let n0 = t * g.nr;
+                    let nr = g.nr.min(n - n0);
+                    let bp: &[f32] = match b {
+                        BOp::Packed(p) => &p.data[t * k * g.nr + k0 * g.nr..][..kl * g.nr],
+                        BOp::Src { .. } => &scratch[(t - tb) * kl * g.nr..][..kl * g.nr],
                     };
-                    // SAFETY: `gemm` checked that C holds m rows of n values `ldc` apart, so rows
-                    // m0..m0+mr, columns n0..n0+nr lie inside it; `ap` holds kl·MR packed values
-                    // and `bp` kl·NR; the init vector has mr (Row) or nr (Col) readable values.
-                    // Tiles of different tasks are disjoint. `a.isa` was detected on this CPU.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        x86::tile(
-                            a.isa,
-                            kl,
-                            ap.as_ptr(),
-                            bp.as_ptr(),
-                            c.0.add(m0 * ldc + n0),
-                            ldc,
-                            mr,
-                            nr,
-                            tinit,
-                        );
-                    }
-                    if last && !noop {
-                        let mut rows: [&mut [f32]; 8] = Default::default();
-                        for (i, r) in rows.iter_mut().enumerate().take(mr) {
-                            // SAFETY: row m0+i, columns n0..n0+nr of C belong to this tile alone
-                            // (bounds as above), and no other reference to them is alive.
-                            #[allow(unsafe_code)]
-                            unsafe {
-                                *r = std::slice::from_raw_parts_mut(c.0.add((m0 + i) * ldc + n0), nr);
+                    for p in mb..me {
+                        let m0 = p * g.mr;
+                        let mr = g.mr.min(m - m0);
+                        let ap = &a.data[p * g.mr * k + k0 * g.mr..][..kl * g.mr];
+                        let tinit = if k0 > 0 {
+                            x86::TileInit::LoadC
+                        } else {
+                            match init {
+                                Init::Zero => x86::TileInit::Zero,
+                                Init::Row(v) => x86::TileInit::Row(v[m0..m0 + mr].as_ptr()),
+                                Init::Col(v) => x86::TileInit::Col(v[n0..n0 + nr].as_ptr()),
+                                Init::Acc => x86::TileInit::LoadC,
                             }
+                        };
+                        if last && !noop {
+                            epi.prefetch(m0, n0, mr, nr);
                         }
-                        epi.apply_rows(m0, n0, &mut rows[..mr]);
+                        // SAFETY: `gemm` checked that C holds m rows of n values `ldc` apart, so rows
+                        // m0..m0+mr, columns n0..n0+nr lie inside it; `ap` holds kl·MR packed values
+                        // and `bp` kl·NR; the init vector has mr (Row) or nr (Col) readable values.
+                        // Tiles of different tasks are disjoint. `a.isa` was detected on this CPU.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            x86::tile(
+                                a.isa,
+                                kl,
+                                ap.as_ptr(),
+                                bp.as_ptr(),
+                                c.0.add(m0 * ldc + n0),
+                                ldc,
+                                mr,
+                                nr,
+                                tinit,
+                            );
+                        }
+                        if last && !noop {
+                            let mut rows: [&mut [f32]; 8] = Default::default();
+                            for (i, r) in rows.iter_mut().enumerate().take(mr) {
+                                // SAFETY: row m0+i, columns n0..n0+nr of C belong to this tile alone
+                                // (bounds as above), and no other reference to them is alive.
+                                #[allow(unsafe_code)]
+                                unsafe {
+                                    *r = std::slice::from_raw_parts_mut(c.0.add((m0 + i) * ldc + n0), nr);
+                                }
+                            }
+                            epi.apply_rows(m0, n0, &mut rows[..mr]);
+                        }
                     }
                 }
+                mb = me;
             }
-            mb = me;
+            tb = te;
         }
         k0 += kl;
     }

@@ -142,8 +142,9 @@ fn check(isa: Isa, m: usize, n: usize, k: usize, ldb: usize, ldc: usize, init: u
 }
 
 /// Shapes around every tile edge of both kernels (MR 8/4, NR 48/24, vectors of 16/8 lanes, KC
-/// blocks of 128/256), with row and column strides wider than the matrix.
-const SHAPES: [(usize, usize, usize); 14] = [
+/// blocks of 128/256), with row and column strides wider than the matrix; the last one packs its
+/// B in more than one block of column tiles (`B_BLOCK_BYTES`).
+const SHAPES: [(usize, usize, usize); 15] = [
     (1, 1, 1),
     (2, 5, 3),
     (3, 70, 17),
@@ -158,6 +159,7 @@ const SHAPES: [(usize, usize, usize); 14] = [
     (72, 200, 27),
     (1, 1024, 64),
     (100, 1, 40),
+    (3, 2900, 260),
 ];
 
 #[test]

@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::simd::Isa;
+use crate::cpu::simd::{Isa, prefetch_rows};
 
 /// How the accumulators start.
 #[derive(Clone, Copy)]
@@ -123,6 +123,7 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(
     // are never accessed by masked loads and stores, and pointers that may pass the end of C or
     // of the init vector are formed with `wrapping_add` and only used under a mask.
     unsafe {
+        prefetch_rows(c.cast_const(), ldc, rows, nr);
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
         match init {
             TileInit::Zero => {}
@@ -215,6 +216,7 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
                 }
             };
         }
+        prefetch_rows(c.cast_const(), ldc, rows, nr);
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
         match init {
             TileInit::Zero => {}
