@@ -3,12 +3,14 @@
 //!
 //! The tool's guide is `docs/loadtests.md`; a scenario is a folder under `loadtests/cases/`.
 
+pub mod agreement;
 pub mod case;
 pub mod client;
 pub mod deployment;
 pub mod fault_proxy;
 pub mod load;
 pub mod payload;
+pub mod peer;
 pub mod plot;
 pub mod pod;
 pub mod proc_stats;
@@ -21,6 +23,7 @@ pub mod soak;
 pub mod target;
 pub mod tls;
 pub mod trend;
+pub mod zoo;
 
 pub use client::{Client, Protocol};
 pub use load::{CallerSpec, LoadPlan, Pace};

@@ -166,7 +166,7 @@ pub fn bin_dir(flag: Option<&Path>) -> Option<PathBuf> {
         .or_else(|| std::env::var_os("INFERGATE_BIN_DIR").map(PathBuf::from))
 }
 
-fn free_port() -> Result<u16, PodError> {
+pub(crate) fn free_port() -> Result<u16, PodError> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|source| PodError::Io {
         path: "127.0.0.1:0".into(),
         source,
@@ -183,7 +183,7 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> PodError + use<> {
 }
 
 /// A log file opened for appending (a restarted process writes after its predecessor), as stdout and stderr.
-fn log_files(log: &Path) -> Result<(Stdio, Stdio), PodError> {
+pub(crate) fn log_files(log: &Path) -> Result<(Stdio, Stdio), PodError> {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -576,7 +576,7 @@ impl PodControl {
 }
 
 /// SIGTERM through kill(1): the crates forbid `unsafe`, so no libc call.
-async fn send_sigterm(child: &Child) {
+pub(crate) async fn send_sigterm(child: &Child) {
     if let Some(pid) = child.id() {
         let _ = Command::new("kill")
             .args(["-s", "TERM", &pid.to_string()])
@@ -610,7 +610,7 @@ async fn terminate(child: &mut Child) {
     }
 }
 
-async fn wait_ready(
+pub(crate) async fn wait_ready(
     child: &mut Child,
     what: &'static str,
     url: &str,

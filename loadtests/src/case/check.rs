@@ -1,5 +1,6 @@
 //! The invariants' verdicts: each judges what a phase measured (the clients' outcomes, the actions' log,
-//! the processes' metrics and resources) and says what it checked and what it found.
+//! the processes' metrics and resources, the backend's and a peer's answers to one request) and says what it
+//! checked and what it found.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use super::Verdict;
 use super::actions::ActionLog;
 use super::spec::Invariant;
+use crate::agreement::OutputDiff;
 use crate::load::RunResult;
 use crate::pod::Process;
 use crate::proc_stats::ProcStats;
@@ -43,6 +45,8 @@ pub struct Facts<'a> {
     pub earlier: &'a BTreeMap<String, (RunResult, Duration)>,
     /// A `--smoke` run: timings are reported, not judged.
     pub smoke: bool,
+    /// The backend's and the peer's answers compared, by [`same_outputs_key`], or why they could not be.
+    pub same_outputs: BTreeMap<String, Result<Vec<OutputDiff>, String>>,
 }
 
 /// One pod of a Deployment at the end of a phase.
@@ -73,6 +77,11 @@ fn label_words(labels: &BTreeMap<String, String>) -> String {
     }
     let inner: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
     format!("{{{}}}", inner.join(","))
+}
+
+/// The key a `same_outputs` invariant's comparison is kept under.
+pub fn same_outputs_key(model: &str, batch: usize) -> String {
+    format!("{model} batch {batch}")
 }
 
 /// A process as invariants name it: `gateway` or `backend-N`.
@@ -512,6 +521,30 @@ pub fn check(inv: &Invariant, facts: &Facts<'_>, figures: &mut BTreeMap<String, 
                 },
                 facts.smoke || (base > 0.0 && ratio <= *max_ratio),
             )
+        }
+        Invariant::SameOutputs { model, batch, atol } => {
+            let check = format!(
+                "the backend and the peer answer a batch of {batch} of '{model}' alike (|diff| ≤ {atol})"
+            );
+            match facts.same_outputs.get(&same_outputs_key(model, *batch)) {
+                Some(Ok(diffs)) => {
+                    let measured = diffs
+                        .iter()
+                        .map(|d| match &d.peer_shape {
+                            Some(p) if *p == d.shape => {
+                                format!("{} {:?}: max |diff| {:.3e}", d.name, d.shape, d.max_abs_diff)
+                            }
+                            Some(p) => format!("{}: shape {:?}, the peer's {p:?}", d.name, d.shape),
+                            None => format!("{}: missing from the peer's answer", d.name),
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    let pass = !diffs.is_empty() && diffs.iter().all(|d| d.max_abs_diff <= *atol);
+                    verdict(check, measured, pass)
+                }
+                Some(Err(why)) => verdict(check, format!("not compared: {why}"), false),
+                None => verdict(check, "not compared".into(), false),
+            }
         }
     }
 }

@@ -2,7 +2,9 @@
 //! template), the phases of load to run against it (callers, protocol, bounds, routes edits during the load)
 //! and the invariants each phase must keep. [`run`] starts the pod, runs the phases in order, checks the
 //! invariants, and writes each phase's table, JSON, CSV and plots. In smoke mode the phases use their
-//! `smoke` bounds (seconds each): invariants only, never timings.
+//! `smoke` bounds (seconds each): invariants only, never timings. A case may put models of the engine's zoo
+//! into its repository (`pod.zoo`) and start a peer server beside the pod (`pod.peer`) that phases load in
+//! turn with the backend.
 
 pub mod actions;
 pub mod check;
@@ -20,14 +22,16 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 pub use spec::{
-    ActionKind, ActionSpec, At, CallerGroup, Case, Compare, DeploymentFile, Invariant, Phase, Side,
-    SmokeBounds,
+    ActionKind, ActionSpec, At, CallerGroup, Case, Compare, DeploymentFile, Invariant, PeerFile, PeerKind,
+    Phase, Side, SmokeBounds,
 };
 
+use crate::agreement::{self, OutputDiff};
 use crate::client::{Client, Protocol};
 use crate::deployment::{Deployment, Lifecycle};
 use crate::load::{self, LoadPlan, RunResult};
 use crate::payload::Payload;
+use crate::peer::Peer;
 use crate::plot;
 use crate::pod::{Pod, PodControl, PodSpec, Process, ProxySpec};
 use crate::proc_stats::ProcStats;
@@ -35,6 +39,7 @@ use crate::prom;
 use crate::record::Summary;
 use crate::report::Report;
 use crate::target::Target;
+use crate::zoo;
 use check::{Facts, ReplicaFacts, metric_key, parse_process, select};
 
 /// How a case runs.
@@ -107,8 +112,17 @@ pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "case".into());
     let out = opts.out_dir.join(&name);
+    let mut models = case.pod.models.as_ref().map(|m| dir.join(m));
+    if let Some(committed) = &models
+        && !case.pod.zoo.is_empty()
+    {
+        let with_zoo = out.join("models-with-zoo");
+        zoo::repository(committed, &case.pod.zoo, &zoo::folder()?, &with_zoo)
+            .with_context(|| format!("case {name}: pod.zoo"))?;
+        models = Some(with_zoo);
+    }
     let spec = PodSpec {
-        models: case.pod.models.as_ref().map(|m| dir.join(m)),
+        models: models.clone(),
         backend_args: case.pod.backend_args.clone(),
         routes: case.pod.routes.as_ref().map(|r| dir.join(r)),
         gateway_workers: case.pod.gateway_workers,
@@ -150,7 +164,30 @@ pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
             (first, Some(deployment))
         }
     };
-    let result = run_phases(&case, dir, &name, &pod, deployment.as_ref(), &out, opts).await;
+    let peer = match (&case.pod.peer, &models) {
+        (Some(p), Some(repository)) => match Peer::start(p.kind, repository, &p.models, &out).await {
+            Ok(peer) => Some(peer),
+            Err(e) => {
+                pod.stop().await;
+                return Err(e).with_context(|| format!("case {name}: starting the peer"));
+            }
+        },
+        _ => None,
+    };
+    let result = run_phases(
+        &case,
+        dir,
+        &name,
+        &pod,
+        peer.as_ref(),
+        deployment.as_ref(),
+        &out,
+        opts,
+    )
+    .await;
+    if let Some(p) = &peer {
+        p.stop().await;
+    }
     pod.stop().await;
     if let Some(d) = &deployment {
         d.stop().await;
@@ -180,11 +217,13 @@ fn lifecycle(d: &DeploymentFile, smoke: bool) -> (Lifecycle, Duration) {
     (lifecycle, drain_delay)
 }
 
+#[allow(clippy::too_many_arguments)] // the case, where it runs and what runs it: each a different thing
 async fn run_phases(
     case: &Case,
     dir: &Path,
     name: &str,
     pod: &Pod,
+    peer: Option<&Peer>,
     deployment: Option<&Arc<Deployment>>,
     out: &Path,
     opts: &RunOptions,
@@ -204,6 +243,14 @@ async fn run_phases(
                 ),
             },
             (Side::Gateway, _) => pod.gateway(),
+            (Side::Peer, protocol) => match peer {
+                Some(p) if protocol == Protocol::Grpc => p.grpc(),
+                Some(p) => p.http(),
+                None => anyhow::bail!(
+                    "phase '{}' targets the peer, but the case has no pod.peer",
+                    phase.name
+                ),
+            },
             (Side::Backend, Protocol::Grpc) => pod.backend_grpc(),
             (Side::Backend, _) => pod.backend_http(),
         };
@@ -321,6 +368,7 @@ async fn run_phases(
         } else {
             None
         };
+        let same_outputs = compare_outputs(&phase.invariants, pod, peer).await;
         let total = result.total(phase.interval.0);
         let report = Report {
             name: format!("{name}/{}", phase.name),
@@ -400,6 +448,7 @@ async fn run_phases(
             resources_after,
             earlier: &runs,
             smoke: opts.smoke,
+            same_outputs,
         };
         for inv in &phase.invariants {
             verdicts.push(check::check(inv, &facts, &mut figures));
@@ -523,6 +572,26 @@ async fn read_metrics(invariants: &[Invariant], pod: &Pod) -> BTreeMap<String, f
                 metric_key(process, metric, labels),
                 prom::sum(&text, metric, labels),
             );
+        }
+    }
+    out
+}
+
+/// The backend's and the peer's answers to the same request, for each `same_outputs` invariant (by
+/// [`check::same_outputs_key`]), after the phase's load.
+async fn compare_outputs(
+    invariants: &[Invariant],
+    pod: &Pod,
+    peer: Option<&Peer>,
+) -> BTreeMap<String, Result<Vec<OutputDiff>, String>> {
+    let mut out = BTreeMap::new();
+    for inv in invariants {
+        if let Invariant::SameOutputs { model, batch, .. } = inv {
+            let diffs = match peer {
+                Some(p) => agreement::compare(pod.backend_grpc(), p.grpc(), model, *batch).await,
+                None => Err("the case has no pod.peer".into()),
+            };
+            out.insert(check::same_outputs_key(model, *batch), diffs);
         }
     }
     out

@@ -54,6 +54,34 @@ pub struct PodFiles {
     /// Replicas of this pod behind a Service (`target: service`), for the rollout drill.
     #[serde(default)]
     pub deployment: Option<DeploymentFile>,
+    /// Models of the engine's zoo (`scripts/ensure-zoo.sh`, `make zoo`) put into the repository: the zoo's
+    /// `NAME.onnx` becomes `NAME/1/model.onnx` beside the case's `NAME/config.pbtxt`. Exports are too large to
+    /// commit, so the case holds the configurations and the zoo the weights.
+    #[serde(default)]
+    pub zoo: Vec<String>,
+    /// A peer server beside the pod, serving models of `models` (`target: peer`).
+    #[serde(default)]
+    pub peer: Option<PeerFile>,
+}
+
+/// A peer server the runner starts beside the pod and stops after it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerFile {
+    /// Which server.
+    pub kind: PeerKind,
+    /// The models of `pod.models` it serves (each with its config.pbtxt and its version folders).
+    pub models: Vec<String>,
+}
+
+/// The peers the runner can start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerKind {
+    /// A real Triton 2.51 (`../shared/tools/triton-peer`) whose Python backend runs each ONNX model with
+    /// onnxruntime, batch by batch: what a CPU user of the Triton stack runs. Its repository is generated from
+    /// the backend's: the same config.pbtxt with `backend: "python"` for the platform, and a model.py.
+    TritonOnnxruntime,
 }
 
 /// The pod as a Kubernetes Deployment: replicas behind a Service, stopped as the kubelet stops them. The
@@ -117,6 +145,8 @@ pub enum Side {
     Backend,
     /// The Service in front of the Deployment's pods (`pod.deployment`).
     Service,
+    /// The peer server (`pod.peer`): its REST (HTTP/1.1) or gRPC port, by protocol.
+    Peer,
 }
 
 /// One phase of load.
@@ -125,7 +155,7 @@ pub enum Side {
 pub struct Phase {
     /// Its name (file names of its outputs).
     pub name: String,
-    /// Gateway or backend.
+    /// Gateway, backend, service or peer.
     pub target: Side,
     /// Wire protocol.
     pub protocol: Protocol,
@@ -500,6 +530,18 @@ pub enum Invariant {
         /// Largest ratio (1.1: within 10 %).
         max_ratio: f64,
     },
+    /// The backend and the peer answer the same request — `batch` samples of `model` with pseudo-random values
+    /// in [0, 1), over gRPC — with the same outputs: the same names and shapes, every value within `atol` (two
+    /// float executors sum in different orders).
+    SameOutputs {
+        /// The model.
+        model: String,
+        /// Samples in the request (default 3: a batch, yet not a preferred size).
+        #[serde(default = "three")]
+        batch: usize,
+        /// Largest absolute difference allowed.
+        atol: f64,
+    },
 }
 
 /// A comparison of two phases (figures only).
@@ -538,6 +580,9 @@ fn quarter_second() -> Dur {
 }
 fn two() -> usize {
     2
+}
+fn three() -> usize {
+    3
 }
 fn one_second() -> Dur {
     Dur(Duration::from_secs(1))
@@ -609,6 +654,7 @@ impl Case {
         if self.phases.is_empty() {
             problems.push("phases: none; a case runs at least one phase".into());
         }
+        self.validate_zoo_and_peer(dir, &mut problems);
         for proxy in &self.pod.proxies {
             if proxy.in_front_of.is_some() != proxy.delay.is_some() {
                 problems.push(format!(
@@ -624,6 +670,14 @@ impl Case {
             }
             if p.target == Side::Backend && self.pod.models.is_none() {
                 problems.push(format!("{at}: targets the backend but pod.models is not set"));
+            }
+            if p.target == Side::Peer && self.pod.peer.is_none() {
+                problems.push(format!("{at}: targets the peer but pod.peer is not set"));
+            }
+            if p.target == Side::Peer && p.protocol == Protocol::H2c {
+                problems.push(format!(
+                    "{at}: the Triton peer's REST port speaks HTTP/1.1 only; use http1 or grpc"
+                ));
             }
             match (p.target, &self.pod.deployment) {
                 (Side::Service, None) => problems.push(format!(
@@ -786,6 +840,65 @@ impl Case {
             Ok(())
         } else {
             Err(problems)
+        }
+    }
+}
+
+impl Case {
+    /// The problems with `pod.zoo`, `pod.peer` and the `same_outputs` invariants.
+    fn validate_zoo_and_peer(&self, dir: &Path, problems: &mut Vec<String>) {
+        let config = |model: &str| {
+            self.pod
+                .models
+                .as_ref()
+                .map(|m| dir.join(m).join(model).join("config.pbtxt"))
+        };
+        for (what, model) in self.pod.zoo.iter().map(|m| ("pod.zoo", m)).chain(
+            self.pod
+                .peer
+                .iter()
+                .flat_map(|p| p.models.iter().map(|m| ("pod.peer.models", m))),
+        ) {
+            match config(model) {
+                None => problems.push(format!("{what}: '{model}' needs a repository: set pod.models")),
+                Some(file) if !file.is_file() => problems.push(format!(
+                    "{what}: '{model}' has no {} (each model of the repository needs its config.pbtxt)",
+                    file.display()
+                )),
+                Some(_) => {}
+            }
+        }
+        if let Some(peer) = &self.pod.peer {
+            if peer.models.is_empty() {
+                problems.push("pod.peer.models: none; name the models of pod.models the peer serves".into());
+            }
+            if self.pod.deployment.is_some() {
+                problems.push(
+                    "pod.peer: a peer stands beside one pod, not a Deployment; drop one of them".into(),
+                );
+            }
+        }
+        for p in &self.phases {
+            for inv in &p.invariants {
+                let Invariant::SameOutputs { model, batch, atol } = inv else {
+                    continue;
+                };
+                let at = format!("phase '{}': same_outputs", p.name);
+                match &self.pod.peer {
+                    None => problems.push(format!("{at} compares the backend with the peer: set pod.peer")),
+                    Some(peer) if !peer.models.contains(model) => problems.push(format!(
+                        "{at}: the peer does not serve '{model}' (pod.peer.models: {:?})",
+                        peer.models
+                    )),
+                    Some(_) => {}
+                }
+                if *batch == 0 {
+                    problems.push(format!("{at}: batch must be 1 or more"));
+                }
+                if !(atol.is_finite() && *atol >= 0.0) {
+                    problems.push(format!("{at}: atol must be a number, 0 or more"));
+                }
+            }
         }
     }
 }
@@ -995,6 +1108,81 @@ phases:
         ] {
             assert!(all.contains(needle), "missing {needle}: {all}");
         }
+    }
+
+    #[test]
+    fn a_peer_and_zoo_models_are_checked_against_the_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("models/rec")).unwrap();
+        std::fs::write(dir.path().join("models/rec/config.pbtxt"), "name: \"rec\"\n").unwrap();
+        let phase = |target: &str, protocol: &str, invariant: &str| {
+            format!(
+                "  - {{ name: {target}, target: {target}, protocol: {protocol}, model: rec, duration: 1s,\n      \
+                 smoke: {{ requests: 2 }}, callers: [{{ name: c }}], invariants: [{invariant}] }}\n"
+            )
+        };
+        let same = "{ kind: same_outputs, model: rec, atol: 1e-3 }";
+        let good = format!(
+            "description: x\npod:\n  models: models\n  zoo: [rec]\n  peer: {{ kind: triton_onnxruntime, models: [rec] }}\nphases:\n{}{}",
+            phase("backend", "grpc", same),
+            phase("peer", "http1", "{ kind: error_share, max: 0 }")
+        );
+        let case: Case = serde_saphyr::from_str(&good).unwrap();
+        case.validate(dir.path()).unwrap();
+        let peer = case.pod.peer.as_ref().unwrap();
+        assert_eq!(
+            (peer.kind, peer.models.as_slice()),
+            (PeerKind::TritonOnnxruntime, &["rec".to_owned()][..])
+        );
+        assert!(
+            matches!(
+                case.phases[0].invariants[0],
+                Invariant::SameOutputs { batch: 3, .. }
+            ),
+            "a batch of 3 by default"
+        );
+        assert_eq!(case.phases[1].target, Side::Peer);
+
+        let bad = format!(
+            "description: x\npod:\n  models: models\n  zoo: [rec, det]\n  peer: {{ kind: triton_onnxruntime, models: [cls] }}\nphases:\n{}",
+            phase(
+                "peer",
+                "h2c",
+                "{ kind: same_outputs, model: rec, batch: 0, atol: -1 }"
+            )
+        );
+        let case: Case = serde_saphyr::from_str(&bad).unwrap();
+        let all = case.validate(dir.path()).unwrap_err().join("\n");
+        for needle in [
+            "pod.zoo: 'det' has no",
+            "pod.peer.models: 'cls' has no",
+            "speaks HTTP/1.1 only",
+            "the peer does not serve 'rec'",
+            "batch must be 1 or more",
+            "atol must be a number",
+        ] {
+            assert!(all.contains(needle), "missing {needle}: {all}");
+        }
+
+        let lonely = format!(
+            "description: x\npod: {{ zoo: [rec] }}\nphases:\n{}",
+            phase("peer", "grpc", same)
+        );
+        let case: Case = serde_saphyr::from_str(&lonely).unwrap();
+        let all = case.validate(dir.path()).unwrap_err().join("\n");
+        for needle in [
+            "pod.zoo: 'rec' needs a repository",
+            "targets the peer but pod.peer is not set",
+            "same_outputs compares the backend with the peer: set pod.peer",
+        ] {
+            assert!(all.contains(needle), "missing {needle}: {all}");
+        }
+        let unknown =
+            "description: x\npod: { peer: { kind: tensorflow_serving, models: [rec] } }\nphases: []\n";
+        assert!(
+            serde_saphyr::from_str::<Case>(unknown).is_err(),
+            "only the peers the runner can start"
+        );
     }
 
     #[test]
