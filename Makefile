@@ -99,7 +99,7 @@ build-bench: ## the binaries figures are taken with (profile release-lto: fat LT
 bench: deps venv build-bench ## the scenarios, then the peers side by side; figures go to docs/benchmarks.md
 	"$(TARGET_DIR)/release-lto/infergate-load" run loadtests/cases \
 	  --bin-dir "$(TARGET_DIR)/release-lto" --out "$(TARGET_DIR)/loadtests"
-	scripts/bench.sh "$(TARGET_DIR)/release-lto"
+	INFERGATE_LOADTESTS_OUT="$(TARGET_DIR)/loadtests" scripts/bench.sh "$(TARGET_DIR)/release-lto"
 
 clean: ## remove build outputs (the venv stays; delete $(CACHE) to drop it)
 	$(CARGO) clean

@@ -1,5 +1,5 @@
 //! `infergate-load`: `bench` sends load to an address and reports; `run` runs scenarios from `loadtests/cases/`
-//! and checks their invariants.
+//! and checks their invariants; `up` starts a scenario's servers for other clients.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,22 @@ enum Command {
     Run(RunArgs),
     /// Mixed traffic through the pod for a long time; fails when memory, descriptors or threads grow.
     Soak(SoakArgs),
+    /// Start a case's processes (its pod, its peer) without load, print their addresses (`backend_grpc
+    /// 127.0.0.1:PORT`, … then `ready`), and keep them until SIGINT or SIGTERM: for other clients (perf_analyzer)
+    /// against the servers a case compares.
+    Up(UpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct UpArgs {
+    /// The case folder (with case.yaml).
+    case: PathBuf,
+    /// Folder with infergate-gateway and infergate-backend (else INFERGATE_BIN_DIR).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Where the processes' logs go.
+    #[arg(long, default_value = "target/loadtests-up")]
+    out: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -178,6 +194,7 @@ fn main() -> ExitCode {
             Command::Bench(args) => bench(*args).await,
             Command::Run(args) => run(args).await,
             Command::Soak(args) => soak(args).await,
+            Command::Up(args) => up(args).await,
         }
     });
     match result {
@@ -400,6 +417,42 @@ async fn run(args: RunArgs) -> anyhow::Result<bool> {
     }
     println!("outputs in {}", args.out.display());
     Ok(all_passed)
+}
+
+async fn up(args: UpArgs) -> anyhow::Result<bool> {
+    let bin_dir = pod::bin_dir(args.bin_dir.as_deref()).context(
+        "where are infergate-gateway and infergate-backend? pass --bin-dir (e.g. target/debug) or set INFERGATE_BIN_DIR",
+    )?;
+    // Listening before anything starts: a signal while the servers come up still stops them.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    let spec = case::load(&args.case)?;
+    let opts = RunOptions {
+        bin_dir,
+        out_dir: args.out,
+        smoke: false,
+        progress: false,
+    };
+    let running = tokio::select! {
+        r = case::start(&args.case, &spec, &opts) => r?,
+        _ = tokio::signal::ctrl_c() => return Ok(false),
+        _ = terminate.recv() => return Ok(false),
+    };
+    for (what, target) in running.addresses() {
+        println!("{what} {}", target.addr);
+    }
+    println!("ready");
+    eprintln!(
+        "up: case {} runs (logs in {}); SIGINT or SIGTERM stops it",
+        running.name,
+        running.out.display()
+    );
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    running.stop().await;
+    Ok(true)
 }
 
 async fn soak(args: SoakArgs) -> anyhow::Result<bool> {

@@ -104,9 +104,57 @@ pub fn load(dir: &Path) -> anyhow::Result<Case> {
     Ok(case)
 }
 
-/// Runs the case in `dir`.
-pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
-    let case = load(dir)?;
+/// A case's processes while they run: the pod (or the Deployment's pods) and the peer.
+pub struct Running {
+    /// The case's folder name.
+    pub name: String,
+    /// Where its logs and outputs go.
+    pub out: PathBuf,
+    pod: Arc<Pod>,
+    /// Whether the pod has a gateway (`pod.routes`).
+    gateway: bool,
+    peer: Option<Peer>,
+    deployment: Option<Arc<Deployment>>,
+}
+
+impl Running {
+    /// The addresses to load, by what `target:` calls them: `backend_http`, `backend_grpc`, `gateway`,
+    /// `service`, `peer_http`, `peer_grpc` (those the case has).
+    pub fn addresses(&self) -> Vec<(&'static str, Target)> {
+        let mut out = Vec::new();
+        if let Some(d) = &self.deployment {
+            out.push(("service", d.service()));
+        } else {
+            if !self.pod.ports.backends.is_empty() {
+                out.push(("backend_http", self.pod.backend_http()));
+                out.push(("backend_grpc", self.pod.backend_grpc()));
+            }
+            if self.gateway {
+                out.push(("gateway", self.pod.gateway()));
+            }
+        }
+        if let Some(p) = &self.peer {
+            out.push(("peer_http", p.http()));
+            out.push(("peer_grpc", p.grpc()));
+        }
+        out
+    }
+
+    /// Stops the peer, the pod and the Deployment, and waits for their processes.
+    pub async fn stop(&self) {
+        if let Some(p) = &self.peer {
+            p.stop().await;
+        }
+        self.pod.stop().await;
+        if let Some(d) = &self.deployment {
+            d.stop().await;
+        }
+    }
+}
+
+/// Starts what the case in `dir` declares (its models from the zoo, the pod or the Deployment, the peer) and
+/// waits until all of it is ready.
+pub async fn start(dir: &Path, case: &Case, opts: &RunOptions) -> anyhow::Result<Running> {
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -164,40 +212,39 @@ pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
             (first, Some(deployment))
         }
     };
-    let peer = match (&case.pod.peer, &models) {
-        (Some(p), Some(repository)) => match Peer::start(p.kind, repository, &p.models, &out).await {
-            Ok(peer) => Some(peer),
-            Err(e) => {
-                pod.stop().await;
-                return Err(e).with_context(|| format!("case {name}: starting the peer"));
-            }
-        },
-        _ => None,
+    let mut running = Running {
+        name,
+        out,
+        pod,
+        gateway: case.pod.routes.is_some(),
+        peer: None,
+        deployment,
     };
-    let result = run_phases(
-        &case,
-        dir,
-        &name,
-        &pod,
-        peer.as_ref(),
-        deployment.as_ref(),
-        &out,
-        opts,
-    )
-    .await;
-    if let Some(p) = &peer {
-        p.stop().await;
+    if let (Some(p), Some(repository)) = (&case.pod.peer, &models) {
+        match Peer::start(p.kind, repository, &p.models, &running.out).await {
+            Ok(peer) => running.peer = Some(peer),
+            Err(e) => {
+                running.stop().await;
+                return Err(e).with_context(|| format!("case {}: starting the peer", running.name));
+            }
+        }
     }
-    pod.stop().await;
-    if let Some(d) = &deployment {
-        d.stop().await;
-    }
+    Ok(running)
+}
+
+/// Runs the case in `dir`.
+pub async fn run(dir: &Path, opts: &RunOptions) -> anyhow::Result<CaseResult> {
+    let case = load(dir)?;
+    let running = start(dir, &case, opts).await?;
+    let result = run_phases(&case, dir, &running, opts).await;
+    running.stop().await;
     let result = result?;
+    let file = running.out.join("case.json");
     std::fs::write(
-        out.join("case.json"),
+        &file,
         serde_json::to_vec_pretty(&result).context("encoding case.json")?,
     )
-    .with_context(|| format!("writing {}", out.join("case.json").display()))?;
+    .with_context(|| format!("writing {}", file.display()))?;
     Ok(result)
 }
 
@@ -217,17 +264,14 @@ fn lifecycle(d: &DeploymentFile, smoke: bool) -> (Lifecycle, Duration) {
     (lifecycle, drain_delay)
 }
 
-#[allow(clippy::too_many_arguments)] // the case, where it runs and what runs it: each a different thing
 async fn run_phases(
     case: &Case,
     dir: &Path,
-    name: &str,
-    pod: &Pod,
-    peer: Option<&Peer>,
-    deployment: Option<&Arc<Deployment>>,
-    out: &Path,
+    running: &Running,
     opts: &RunOptions,
 ) -> anyhow::Result<CaseResult> {
+    let (name, out, pod) = (running.name.as_str(), running.out.as_path(), running.pod.as_ref());
+    let (peer, deployment) = (running.peer.as_ref(), running.deployment.as_ref());
     let mut verdicts = Vec::new();
     let mut figures = BTreeMap::new();
     let mut reports = Vec::new();
