@@ -8,10 +8,14 @@ use crate::cpu::arena;
 use crate::cpu::depthwise::depthwise2d;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
-use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA, put_in_panels, zero_past_columns};
+use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA, PackedB, put_in_panels, zero_past_columns};
 use crate::cpu::padded::{PadPlane, Window, copy_row, valid_range};
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
+
+mod by_positions;
+
+use by_positions::{conv_by_positions, pack_filters_by_positions};
 
 /// Geometry of an N-d convolution.
 pub(crate) struct ConvGeom<'a> {
@@ -127,6 +131,19 @@ pub(crate) fn pack_weights(w: &[f32], m: usize, group: usize, isa: Isa) -> Resul
                 cs: 1,
             };
             PackedA::pack(wm, mg, kdim, 1.0, isa)
+        })
+        .collect()
+}
+
+/// For each row (c, ky, kx) of a group's im2col matrix of the 2-D convolution `g`, the offset in
+/// its padded planes (`plane`, one per input channel of the group) of the value that output
+/// (0, 0) reads.
+fn im2col_taps(g: &ConvGeom<'_>, plane: &PadPlane) -> Vec<usize> {
+    let klen = g.kernel[0] * g.kernel[1];
+    (0..(g.c / g.group.max(1)) * klen)
+        .map(|row| {
+            let (ci, r) = (row / klen, row % klen);
+            ci * plane.len() + plane.tap_offset(r / g.kernel[1], r % g.kernel[1])
         })
         .collect()
 }
@@ -306,15 +323,32 @@ multiversion! {
     fn dot_rows(w: &[f32], x: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) = dot_rows_body;
 }
 
+/// A Conv's filters packed for its product once, when its plan is built.
+pub(crate) enum PackedFilters {
+    /// per group, as the A operand: output channels are the product's rows ([`pack_weights`])
+    Channels(Vec<PackedA>),
+    /// as the B operand of the transposed product ([`ConvGeom::by_positions`])
+    Positions(PackedB),
+}
+
+/// The filters `w` ([M, C/group, k…]) of the convolution `g` packed for the product it runs.
+pub(crate) fn pack_filters(w: &[f32], g: &ConvGeom<'_>, isa: Isa) -> Result<PackedFilters> {
+    Ok(if g.by_positions() {
+        PackedFilters::Positions(pack_filters_by_positions(w, g.m, isa)?)
+    } else {
+        PackedFilters::Channels(pack_weights(w, g.m, g.group, isa)?)
+    })
+}
+
 /// Conv of f32 data, then `epi` (rows are output channel planes); `out` has N×M×out_len elements.
-/// `packed`: the weights as [`pack_weights`] made them (at plan time), if available.
+/// `packed`: the filters as [`pack_filters`] made them (at plan time), if available.
 pub(crate) fn conv_f32(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
     g: &ConvGeom<'_>,
     epi: &Epi<'_>,
-    packed: Option<&[PackedA]>,
+    packed: Option<&PackedFilters>,
 ) -> Result<Vec<f32>> {
     conv_isa(crate::cpu::simd::isa(), x, w, bias, g, epi, packed)
 }
@@ -327,7 +361,7 @@ fn conv_isa(
     bias: Option<&[f32]>,
     g: &ConvGeom<'_>,
     epi: &Epi<'_>,
-    packed: Option<&[PackedA]>,
+    packed: Option<&PackedFilters>,
 ) -> Result<Vec<f32>> {
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
@@ -360,9 +394,25 @@ fn conv_isa(
     let cg = g.c / g.group;
     let mg = g.m / g.group;
     let kdim = cg * klen;
+    if g.by_positions() {
+        let owned;
+        let filters = match packed {
+            Some(PackedFilters::Positions(b)) if (b.k(), b.n(), b.isa()) == (kdim, g.m, isa) => b,
+            _ => {
+                owned = pack_filters_by_positions(w, g.m, isa)?;
+                &owned
+            }
+        };
+        conv_by_positions(isa, x, bias, g, epi, filters, &mut out)?;
+        return Ok(out);
+    }
     let owned;
     let pw = match packed {
-        Some(p) if p.len() == g.group && p.iter().all(|a| a.m() == mg && a.isa() == isa) => p,
+        Some(PackedFilters::Channels(p))
+            if p.len() == g.group && p.iter().all(|a| a.m() == mg && a.isa() == isa) =>
+        {
+            p
+        }
         _ => {
             owned = pack_weights(w, g.m, g.group, isa)?;
             owned.as_slice()
@@ -374,15 +424,7 @@ fn conv_isa(
     // 2-D: the im2col rows read padded planes
     let window = two_d.then(|| Window::new(g.in_sp, g.out_sp, g.kernel, g.strides, g.dilations, g.pads));
     let plane = window.map(|w| PadPlane::new(&w, 1));
-    let taps: Vec<usize> = match plane {
-        Some(p) => (0..kdim)
-            .map(|row| {
-                let (ci, r) = (row / klen, row % klen);
-                ci * p.len() + p.tap_offset(r / g.kernel[1], r % g.kernel[1])
-            })
-            .collect(),
-        None => Vec::new(),
-    };
+    let taps = plane.map(|p| im2col_taps(g, &p)).unwrap_or_default();
     let run_image = |ni: usize, dst: &mut [f32], parallel: bool| -> Result<()> {
         let ximg = &x[ni * g.c * in_len..(ni + 1) * g.c * in_len];
         let mut col = if pointwise || two_d {

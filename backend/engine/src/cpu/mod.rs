@@ -132,17 +132,43 @@ fn prepare(
     };
     let input_shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
     Ok(match &node.op {
-        Op::Conv { group, .. } => {
+        Op::Conv {
+            group,
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            ..
+        } => {
             let (Some((w, sw, t)), Some(sx)) = (constant(1), input_shape(0)) else {
                 return Ok(None);
             };
-            let depthwise = *group > 1 && sx.get(1) == Some(group) && sw.first() == Some(group);
-            if depthwise || sx.len() != sw.len() {
+            let out = node.output(0).map(|v| g.values[v.0].shape.as_slice());
+            let (Some(so), true) = (out, sx.len() == sw.len() && sx.len() > 2) else {
+                return Ok(None);
+            };
+            let geom = conv::ConvGeom {
+                n: sx[0],
+                c: sx[1],
+                m: sw[0],
+                group: *group,
+                in_sp: &sx[2..],
+                out_sp: &so[2..],
+                kernel: kernel_shape,
+                strides,
+                pads,
+                dilations,
+            };
+            if geom.is_depthwise() {
                 return Ok(None);
             }
-            let packing = Packing::ConvWeights { group: *group, isa };
+            let packing = Packing::ConvWeights {
+                group: *group,
+                by_positions: geom.by_positions(),
+                isa,
+            };
             Some(weights.packed(t, packing, || {
-                Ok(Prepared::ConvWeights(conv::pack_weights(w, sw[0], *group, isa)?))
+                Ok(Prepared::ConvWeights(conv::pack_filters(w, &geom, isa)?))
             })?)
         }
         Op::MatMul { trans_b, .. } | Op::Gemm { trans_b, .. } => match constant(1) {

@@ -107,37 +107,38 @@ pub(crate) fn fmadd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA { a.mul_add(b, c) } else { a * b + c }
 }
 
-/// Ask for the cache lines of `rows` rows of `cols` values starting at `p`, rows `ld` values
-/// apart, to be brought into L1. A kernel's tile of rows lies a whole output row apart, each on its
-/// own page, which the hardware prefetchers do not follow; a kernel calls this a few hundred
-/// cycles before it touches the tile. A hint only: nothing is read, and no address can fault.
+/// Ask for the cache line holding `p` to be brought into L1. A hint only: nothing is read, and no
+/// address can fault.
 #[inline(always)]
-pub(crate) fn prefetch_rows(p: *const f32, ld: usize, rows: usize, cols: usize) {
+pub(crate) fn prefetch(p: *const f32) {
     #[cfg(target_arch = "x86_64")]
-    {
+    // SAFETY: a prefetch never faults and reads nothing, whatever the address.
+    #[allow(unsafe_code)]
+    unsafe {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        if cols == 0 {
-            return;
-        }
-        for i in 0..rows {
-            let row = p.wrapping_add(i * ld);
-            let mut j = 0;
-            while j < cols {
-                // SAFETY: a prefetch never faults and reads nothing, whatever the address.
-                #[allow(unsafe_code)]
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(j).cast::<i8>())
-                };
-                j += 16;
-            }
-            // the row's last line, when the row starts mid-line
-            // SAFETY: as above.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>())
-            };
-        }
+        _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>());
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, ld, rows, cols);
+    let _ = p;
+}
+
+/// Ask for the cache lines of `rows` rows of `cols` values starting at `p`, rows `ld` values
+/// apart, to be brought into L1 ([`prefetch`]). A kernel's tile of rows lies a whole output row
+/// apart, each on its own page, which the hardware prefetchers do not follow; a kernel calls this
+/// a few hundred cycles before it touches the tile.
+#[inline(always)]
+pub(crate) fn prefetch_rows(p: *const f32, ld: usize, rows: usize, cols: usize) {
+    if cols == 0 {
+        return;
+    }
+    for i in 0..rows {
+        let row = p.wrapping_add(i * ld);
+        let mut j = 0;
+        while j < cols {
+            prefetch(row.wrapping_add(j));
+            j += 16;
+        }
+        // the row's last line, when the row starts mid-line
+        prefetch(row.wrapping_add(cols - 1));
+    }
 }

@@ -14,15 +14,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cpu::buf::Buf;
-use crate::cpu::mm::{PackedA, PackedB};
+use crate::cpu::conv::PackedFilters;
+use crate::cpu::mm::PackedB;
 use crate::cpu::simd::Isa;
 use crate::error::{EngineError, Result};
 use crate::tensor::{DataType, Tensor};
 
 /// Constant operands of a node converted once, when its plan is built.
 pub(crate) enum Prepared {
-    /// a Conv's weights, per group, packed as the A operand
-    ConvWeights(Vec<PackedA>),
+    /// a Conv's filters, packed for the product it runs
+    ConvWeights(PackedFilters),
     /// a MatMul's or Gemm's constant B, packed
     Rhs(PackedB),
 }
@@ -36,10 +37,12 @@ pub(crate) struct Weights {
 /// How a constant is packed for its kernel; with the tensor, it decides the packed panels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Packing {
-    /// a Conv's filters, per group, as the A operand
+    /// a Conv's filters, as [`crate::cpu::conv::pack_filters`] packs them
     ConvWeights {
         /// the Conv's `group`
         group: usize,
+        /// whether they are packed for the transposed product (few output positions)
+        by_positions: bool,
         /// the instruction set the panels are laid out for
         isa: Isa,
     },

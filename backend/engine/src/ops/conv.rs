@@ -277,7 +277,7 @@ fn cpu(
             };
             let epi = Epi::new(activation, ins, o, 2)?;
             let packed = match prep {
-                Some(Prepared::ConvWeights(p)) => Some(p.as_slice()),
+                Some(Prepared::ConvWeights(p)) => Some(p),
                 _ => None,
             };
             let y = conv_f32(&f32_of(x), &f32_of(w), bias.as_deref(), &g, &epi, packed)?;

@@ -126,17 +126,8 @@ fn run(isa: Isa, cs: &Case, one_d: bool, prepacked: bool) {
         pads,
         dilations: dil,
     };
-    let packed = pack_weights(&w, cs.m, cs.group, isa).unwrap();
-    let got = conv_isa(
-        isa,
-        &x,
-        &w,
-        Some(&bias),
-        &g,
-        &epi,
-        prepacked.then_some(packed.as_slice()),
-    )
-    .unwrap();
+    let packed = pack_filters(&w, &g, isa).unwrap();
+    let got = conv_isa(isa, &x, &w, Some(&bias), &g, &epi, prepacked.then_some(&packed)).unwrap();
     let want = reference(cs, &x, &w, &bias, &res);
     let terms = ((cs.c / cs.group) * cs.k[0] * cs.k[1]) as f64;
     assert_eq!(got.len(), want.len());
@@ -207,6 +198,12 @@ fn convolutions_match_a_direct_loop_on_every_instruction_set() {
             k: [3, 2],
             ..case(1, 3, 8, 9, 4, 3, 1, 0, 1, 1)
         },
+        // few output positions (7×7, 5×5): the transposed product, positions as its rows; 3×3
+        // with padding, pointwise, strided pointwise, a stride-2 3×3, two images
+        case(1, 16, 7, 7, 32, 3, 1, 1, 1, 1),
+        case(2, 20, 7, 7, 48, 1, 1, 0, 1, 1),
+        case(1, 24, 13, 13, 64, 1, 2, 0, 1, 1),
+        case(2, 9, 10, 10, 112, 3, 2, 1, 1, 1),
     ];
     for isa in all_available() {
         for cs in &cases {

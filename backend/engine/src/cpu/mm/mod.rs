@@ -210,6 +210,11 @@ impl PackedB {
     pub(crate) fn n(&self) -> usize {
         self.n
     }
+
+    /// The instruction set B is packed for.
+    pub(crate) fn isa(&self) -> Isa {
+        self.isa
+    }
 }
 
 /// A B operand read one block at a time.
@@ -559,10 +564,37 @@ fn run_task(
                         BOp::Packed(p) => &p.data[t * k * g.nr + k0 * g.nr..][..kl * g.nr],
                         BOp::Src { .. } => &scratch[(t - tb) * kl * g.nr..][..kl * g.nr],
                     };
+                    let a_chunk = |p: usize| &a.data[p * g.mr * k + k0 * g.mr..][..kl * g.mr];
+                    // The next tile's B block, fetched a share per panel while they run.
+                    let b_next = match b {
+                        _ if t + 1 == te => None,
+                        BOp::Packed(pb) => Some(&pb.data[(t + 1) * k * g.nr + k0 * g.nr..][..kl * g.nr]),
+                        BOp::Src { .. } => Some(&scratch[(t + 1 - tb) * kl * g.nr..][..kl * g.nr]),
+                    };
+                    let b_share = (kl * g.nr / 16).div_ceil(me - mb);
                     for p in mb..me {
                         let m0 = p * g.mr;
                         let mr = g.mr.min(m - m0);
-                        let ap = &a.data[p * g.mr * k + k0 * g.mr..][..kl * g.mr];
+                        let ap = a_chunk(p);
+                        // What the next panel reads (this same tile's, or the next tile's first
+                        // panel), fetched while this one runs: weights packed as A come from memory
+                        // on the first tile of each block.
+                        let a_next = if p + 1 < me { a_chunk(p + 1) } else { a_chunk(mb) };
+                        let ahead = match b_next {
+                            Some(bn) => {
+                                let first = ((p - mb) * b_share * 16).min(bn.len());
+                                x86::Ahead {
+                                    a: a_next.as_ptr(),
+                                    b: bn[first..].as_ptr(),
+                                    b_lines: b_share.min((bn.len() - first).div_ceil(16)),
+                                }
+                            }
+                            None => x86::Ahead {
+                                a: a_next.as_ptr(),
+                                b: bp.as_ptr(),
+                                b_lines: 0,
+                            },
+                        };
                         let tinit = if k0 > 0 {
                             x86::TileInit::LoadC
                         } else {
@@ -592,6 +624,7 @@ fn run_task(
                                 mr,
                                 nr,
                                 tinit,
+                                ahead,
                             );
                         }
                         if last && !noop {

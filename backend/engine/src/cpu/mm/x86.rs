@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::simd::{Isa, prefetch_rows};
+use crate::cpu::simd::{Isa, prefetch, prefetch_rows};
 
 /// How the accumulators start.
 #[derive(Clone, Copy)]
@@ -28,6 +28,16 @@ pub(super) enum TileInit {
     Col(*const f32),
     /// the current content of C (a later block of K)
     LoadC,
+}
+
+/// What the next tile will read, fetched into the cache a line per step of this tile's loop.
+#[derive(Clone, Copy)]
+pub(super) struct Ahead {
+    /// the next tile's A panel (`k` steps of MR values, as this one's)
+    pub(super) a: *const f32,
+    /// lines of the next B block to fetch during this tile, `b_lines` of them from `b`
+    pub(super) b: *const f32,
+    pub(super) b_lines: usize,
 }
 
 /// Rows and columns of a packed AVX-512 panel.
@@ -55,12 +65,13 @@ pub(super) unsafe fn tile(
     mr: usize,
     nr: usize,
     init: TileInit,
+    ahead: Ahead,
 ) {
     // one instance per count of column vectors and per (rows → MR of the instance)
     macro_rules! rows {
         ($f:ident, $v:literal, [$($m:literal => $mr:literal),*]) => {
             match mr {
-                $($m => $f::<$mr, $v>(k, a, b, c, ldc, mr, nr, init),)*
+                $($m => $f::<$mr, $v>(k, a, b, c, ldc, mr, nr, init, ahead),)*
                 _ => {}
             }
         };
@@ -85,6 +96,15 @@ pub(super) unsafe fn tile(
             }
             Isa::Scalar => {}
         }
+    }
+}
+
+/// Step `step`'s share of [`Ahead`]: a line of the next A panel, and one of the next B block.
+#[inline(always)]
+fn ahead_step(ahead: Ahead, step: usize, mr: usize) {
+    prefetch(ahead.a.wrapping_add(step * mr));
+    if step < ahead.b_lines {
+        prefetch(ahead.b.wrapping_add(step * 16));
     }
 }
 
@@ -113,6 +133,7 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(
     mr: usize,
     nr: usize,
     init: TileInit,
+    ahead: Ahead,
 ) {
     let mut masks = [0 as __mmask16; NV];
     for j in 0..NV {
@@ -153,7 +174,8 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(
         }
         let mut ap = a;
         let mut bp = b;
-        for _ in 0..k {
+        for step in 0..k {
+            ahead_step(ahead, step, MR512);
             let mut bv = [_mm512_setzero_ps(); NV];
             for j in 0..NV {
                 bv[j] = _mm512_loadu_ps(bp.add(16 * j));
@@ -197,6 +219,7 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
     mr: usize,
     nr: usize,
     init: TileInit,
+    ahead: Ahead,
 ) {
     let full = nr == 8 * NV;
     let rows = MR.min(mr);
@@ -246,7 +269,8 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
         }
         let mut ap = a;
         let mut bp = b;
-        for _ in 0..k {
+        for step in 0..k {
+            ahead_step(ahead, step, MR256);
             let mut bv = [_mm256_setzero_ps(); NV];
             for j in 0..NV {
                 bv[j] = _mm256_loadu_ps(bp.add(8 * j));
