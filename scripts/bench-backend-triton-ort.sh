@@ -8,8 +8,8 @@
 #
 # The servers, models and load are the case loadtests/cases/backend-vs-triton-onnxruntime: the OCR text
 # recogniser and direction classifier of the engine's zoo, each server with one instance, max_batch_size 8 and
-# dynamic batching with no queue delay, loaded over gRPC at concurrency 8, alternating, 3 rounds of 5 s after
-# 3 s of warm-up, after checking that both give the same outputs for a batch of 3. Two clients measure them:
+# dynamic batching with no queue delay, loaded over gRPC at concurrency 8, alternating, 3 rounds of 5 s windows
+# after 5 s of warm-up; the case also checks that both give the same outputs for a batch of 3. Two clients:
 #   1. NVIDIA's perf_analyzer, against the case's servers started by `infergate-load up` (per round:
 #      throughput, p99 and the mean rows per execution from perf_analyzer's server-side statistics);
 #   2. infergate-load, running the case (`infergate-load run`), or reading its case.json where `make bench`
@@ -24,8 +24,8 @@ root="$(dirname "$here")"
 case_dir="$root/loadtests/cases/backend-vs-triton-onnxruntime"
 tools="${INFERGATE_SHARED_TOOLS:-$root/../shared/tools}"
 py="${INFERGATE_PYTHON:-$HOME/.cache/infergate/venv/bin/python}"
-# perf_analyzer's rounds and windows, as the case's phases (case.yaml: warmup 3s, duration 5s, three rounds).
-models="ocr_rec ocr_cls" conc=8 rounds=3 window=5000 settle=3000
+# perf_analyzer's rounds and windows, as the case's phases (case.yaml: warmup 5s, duration 5s, three rounds).
+models="ocr_rec ocr_cls" conc=8 rounds=3 window=5000 settle=5000
 for b in infergate-backend infergate-load; do
   [ -x "$bin_dir/$b" ] || { echo "no $bin_dir/$b: run make build-release (make bench does)" >&2; exit 1; }
 done

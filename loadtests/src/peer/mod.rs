@@ -5,6 +5,7 @@
 
 mod repository;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -91,31 +92,8 @@ impl Peer {
     }
 
     async fn start_triton(from: &Path, models: &[String], work: &Path) -> Result<Peer, PeerError> {
-        let tools = std::env::var_os("INFERGATE_SHARED_TOOLS")
-            .map(PathBuf::from)
-            // The shared tools folder sits beside the checkout this runner was built from.
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools"));
-        let tool = tools.join("triton-peer");
-        if !tool.is_file() {
-            return Err(PeerError::Missing {
-                what: "triton-peer",
-                path: tool,
-                fix: "it lives in ../shared/tools beside the checkout; set INFERGATE_SHARED_TOOLS to the folder holding it",
-            });
-        }
-        let python = std::env::var_os("INFERGATE_PYTHON")
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/infergate/venv/bin/python"))
-            })
-            .unwrap_or_default();
-        if !python.is_file() {
-            return Err(PeerError::Missing {
-                what: "the project venv's python",
-                path: python,
-                fix: "create the venv with `make venv` (make test does), or set INFERGATE_PYTHON",
-            });
-        }
+        let tool = triton_peer(std::env::var_os("INFERGATE_SHARED_TOOLS"))?;
+        let python = project_python(std::env::var_os("INFERGATE_PYTHON"), std::env::var_os("HOME"))?;
         // Both sides run the onnxruntime release the project venv pins. The peer's Python backend has its own
         // venv (numpy 1.x, which its stub is built against): onnxruntime goes there on first use.
         let version = output(
@@ -206,6 +184,39 @@ impl Peer {
     }
 }
 
+/// `triton-peer` in the shared tools folder: `tools` (`INFERGATE_SHARED_TOOLS`), else `../shared/tools` beside
+/// the checkout this runner was built from.
+fn triton_peer(tools: Option<OsString>) -> Result<PathBuf, PeerError> {
+    let tool = tools
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools"))
+        .join("triton-peer");
+    if !tool.is_file() {
+        return Err(PeerError::Missing {
+            what: "triton-peer",
+            path: tool,
+            fix: "it lives in ../shared/tools beside the checkout; set INFERGATE_SHARED_TOOLS to the folder holding it",
+        });
+    }
+    Ok(tool)
+}
+
+/// The project venv's python: `python` (`INFERGATE_PYTHON`), else `make venv`'s under `home`.
+fn project_python(python: Option<OsString>, home: Option<OsString>) -> Result<PathBuf, PeerError> {
+    let python = python
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| Path::new(&h).join(".cache/infergate/venv/bin/python")))
+        .unwrap_or_default();
+    if !python.is_file() {
+        return Err(PeerError::Missing {
+            what: "the project venv's python",
+            path: python,
+            fix: "create the venv with `make venv` (make test does), or set INFERGATE_PYTHON",
+        });
+    }
+    Ok(python)
+}
+
 fn free_port() -> Result<u16, PeerError> {
     pod::free_port().map_err(PeerError::Start)
 }
@@ -226,4 +237,29 @@ async fn output(program: &Path, args: &[&str]) -> Result<String, PeerError> {
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_tool_or_venv_is_named_with_where_to_get_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = triton_peer(Some(dir.path().into())).unwrap_err().to_string();
+        assert!(e.starts_with("triton-peer not found at "), "{e}");
+        assert!(e.contains("../shared/tools beside the checkout"), "{e}");
+        std::fs::write(dir.path().join("triton-peer"), "#!/bin/sh\n").unwrap();
+        assert_eq!(
+            triton_peer(Some(dir.path().into())).unwrap(),
+            dir.path().join("triton-peer")
+        );
+        let e = project_python(None, Some(dir.path().into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(".cache/infergate/venv/bin/python") && e.contains("make venv"),
+            "{e}"
+        );
+    }
 }
