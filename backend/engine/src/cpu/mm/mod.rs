@@ -50,8 +50,10 @@ struct Geo {
 /// Panels of A per block of rows (a `MC × KC` block of A stays in L2).
 const MC_PANELS: usize = 64;
 
-/// Bytes of packed B made in one pass over B's rows (a quarter to a half of a core's L2).
-const B_BLOCK_BYTES: usize = 1 << 20;
+/// Bytes of packed B made in one pass over B's rows: small enough that the block is still in L2
+/// (and its writes spread over few pages) when its tiles run, large enough that each row is read
+/// as a run of whole cache lines.
+const B_BLOCK_BYTES: usize = 1 << 17;
 
 /// Values of A from which packing is spread over the pool's threads.
 const PACK_PARALLEL: usize = 1 << 16;
@@ -535,7 +537,7 @@ fn run_task(
     let (m, k) = (a.m, a.k);
     let (_, n) = b.dims();
     // Column tiles whose packed B blocks are made together (one pass over each row of B), as many
-    // as fit in a quarter of L2 beside the A block.
+    // as fit in B_BLOCK_BYTES.
     let block_tiles = (B_BLOCK_BYTES / (g.kc.min(k) * g.nr * 4)).max(1);
     let mut scratch = match b {
         BOp::Src { .. } => vec![0f32; g.kc.min(k) * g.nr * block_tiles.min(tiles.len())],
