@@ -8,7 +8,9 @@ use crate::cpu::arena;
 use crate::cpu::depthwise::depthwise2d;
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
-use crate::cpu::mm::{self, BOp, BSource, DenseB, Init, PackedA, PackedB, put_in_panels, zero_past_columns};
+use crate::cpu::mm::{
+    self, BOp, BSource, DenseB, Init, PackedA, PackedB, copy_pieces, panel_pieces, zero_past_columns,
+};
 use crate::cpu::padded::{PadPlane, Window, copy_row, valid_range};
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
@@ -184,7 +186,7 @@ fn im2col_panels_body<const FMA: bool>(
     w: usize,
     dst: &mut [f32],
 ) {
-    // (offset in a padded plane, column, length) of each run
+    // (offset in a padded plane from the tap's value for output (0, 0), column, length) of each run
     let mut runs = Vec::with_capacity(cols / src.ow + 2);
     let mut p = n0;
     while p < n0 + cols {
@@ -193,10 +195,9 @@ fn im2col_panels_body<const FMA: bool>(
         runs.push((src.plane.row_offset(oy) + ox, p - n0, len));
         p += len;
     }
+    let pieces = panel_pieces(&runs, kl, w);
     for (kk, &base) in src.taps[k0..k0 + kl].iter().enumerate() {
-        for &(off, col, len) in &runs {
-            put_in_panels(dst, kl, w, kk, col, &src.pad[base + off..base + off + len]);
-        }
+        copy_pieces(dst, kk, w, &src.pad[base..], &pieces);
     }
     zero_past_columns(dst, kl, w, cols);
 }

@@ -167,7 +167,14 @@ pub(crate) fn copy_row(dst: &mut [f32], src: &[f32]) {
         let v: [f32; 16] = std::array::from_fn(|i| s[i]);
         d.copy_from_slice(&v);
     }
-    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+    let (d, s) = (d.into_remainder(), s.remainder());
+    let mut at = 0;
+    if d.len() >= 8 && s.len() >= 8 {
+        let v: [f32; 8] = std::array::from_fn(|i| s[i]);
+        d[..8].copy_from_slice(&v);
+        at = 8;
+    }
+    for (d, s) in d[at..].iter_mut().zip(&s[at..]) {
         *d = *s;
     }
 }

@@ -250,18 +250,34 @@ pub(crate) fn zero_past_columns(dst: &mut [f32], kl: usize, w: usize, cols: usiz
     }
 }
 
-/// Write `src`, the values of row `kk` from column `col` on, into panels of `w` columns laid out
-/// as [`BSource::pack_panels`] writes them (`kl` rows per panel).
+/// A piece of a row of B that lies in one panel: `(offset in the row's source, offset in the
+/// panels of the piece's first value in row 0, length)`.
+pub(crate) type Piece = (usize, usize, usize);
+
+/// The pieces of runs `(offset in the source, first column, length)` of a row of B laid out in
+/// panels of `w` columns with `kl` rows each, as [`BSource::pack_panels`] writes them; the same
+/// for every row (row `kk` adds `kk·w` to each destination), so the divisions happen once.
+pub(crate) fn panel_pieces(runs: &[(usize, usize, usize)], kl: usize, w: usize) -> Vec<Piece> {
+    let mut pieces = Vec::with_capacity(runs.len() * 2);
+    for &(from, col, len) in runs {
+        let mut done = 0;
+        while done < len {
+            let c = col + done;
+            let (t, j) = (c / w, c % w);
+            let piece = (w - j).min(len - done);
+            pieces.push((from + done, t * kl * w + j, piece));
+            done += piece;
+        }
+    }
+    pieces
+}
+
+/// Copy row `kk`'s pieces from `src` (the row's source, offsets as in the pieces) into `dst`.
 #[inline(always)]
-pub(crate) fn put_in_panels(dst: &mut [f32], kl: usize, w: usize, kk: usize, col: usize, src: &[f32]) {
-    let mut done = 0;
-    while done < src.len() {
-        let c = col + done;
-        let (t, j) = (c / w, c % w);
-        let len = (w - j).min(src.len() - done);
-        let at = t * kl * w + kk * w + j;
-        copy_row(&mut dst[at..at + len], &src[done..done + len]);
-        done += len;
+pub(crate) fn copy_pieces(dst: &mut [f32], kk: usize, w: usize, src: &[f32], pieces: &[Piece]) {
+    for &(from, to, len) in pieces {
+        let at = to + kk * w;
+        copy_row(&mut dst[at..at + len], &src[from..from + len]);
     }
 }
 
@@ -324,9 +340,10 @@ impl BSource for DenseB<'_> {
             }
             return;
         }
+        let pieces = panel_pieces(&[(0, 0, cols)], kl, w);
         for kk in 0..kl {
             let s = off + (k0 + kk) * rs + n0;
-            put_in_panels(dst, kl, w, kk, 0, &data[s..s + cols]);
+            copy_pieces(dst, kk, w, &data[s..s + cols], &pieces);
         }
         zero_past_columns(dst, kl, w, cols);
     }
