@@ -110,11 +110,15 @@ fn decimate(x: &[f32], g: &ConvGeom<'_>) -> Vec<f32> {
     let (ih, iw) = (g.in_sp[0], g.in_sp[1]);
     let (oh, ow) = (g.out_sp[0], g.out_sp[1]);
     let (sh, sw) = (g.strides[0], g.strides[1]);
-    let mut out = Vec::with_capacity(g.n * g.c * oh * ow);
-    for plane in x.chunks_exact(ih * iw).take(g.n * g.c) {
-        for oy in 0..oh {
+    // a reused buffer: a fresh one would be faulted in page by page on every run
+    let mut out = arena::take(g.n * g.c * oh * ow);
+    let planes = x.chunks_exact(ih * iw).take(g.n * g.c);
+    for (plane, dst) in planes.zip(out.chunks_exact_mut(oh * ow)) {
+        for (oy, dst) in dst.chunks_exact_mut(ow).enumerate() {
             let row = &plane[oy * sh * iw..][..iw];
-            out.extend(row.iter().step_by(sw).take(ow));
+            dst.iter_mut()
+                .zip(row.iter().step_by(sw))
+                .for_each(|(d, &v)| *d = v);
         }
     }
     out
@@ -377,7 +381,9 @@ fn conv_isa(
             strides: &one,
             ..*g
         };
-        return conv_isa(isa, &on_grid, w, bias, &pointwise, epi, packed);
+        let out = conv_isa(isa, &on_grid, w, bias, &pointwise, epi, packed);
+        arena::give(on_grid);
+        return out;
     }
     // every element is written below (by the depthwise kernel or the products)
     let mut out = arena::take(g.n * g.m * out_len);
