@@ -258,7 +258,7 @@ fn fill_planes_body<const FMA: bool>(plane: &PadPlane, x: &[f32], in_len: usize,
         .chunks_exact(in_len.max(1))
         .zip(pad.chunks_exact_mut(plane.len()))
     {
-        plane.fill(src, 0.0, false, dst);
+        plane.fill(src, 0.0, true, dst);
     }
 }
 
@@ -439,8 +439,9 @@ fn conv_isa(
         } else {
             vec![0f32; kdim * out_len]
         };
+        // reused, not zeroed: fill_planes writes every value, pads included
         let mut pad = match plane {
-            Some(p) => vec![0f32; cg * p.len()],
+            Some(p) => arena::take(cg * p.len()),
             None => Vec::new(),
         };
         for gi in 0..g.group {
@@ -465,9 +466,6 @@ fn conv_isa(
                 };
                 product(&DenseB::new(xm, kdim, out_len)?, dst_g)?;
             } else if let Some(p) = plane {
-                if gi > 0 {
-                    pad.fill(0.0);
-                }
                 let planes = &mut pad[..cg * p.len()];
                 if parallel {
                     let per = (cg / (4 * rayon::current_num_threads())).max(1);
@@ -497,6 +495,7 @@ fn conv_isa(
                 product(&DenseB::new(cm, kdim, out_len)?, dst_g)?;
             }
         }
+        arena::give(pad);
         Ok(())
     };
     if parallel_images {

@@ -9,6 +9,7 @@
 //! plan time ([`pack_filters_by_positions`]); the product's result is transposed back into the
 //! output's channel planes, and the tail applied to them.
 
+use crate::cpu::arena;
 use crate::cpu::epilogue::{Epi, NoTail, RowEpilogue};
 use crate::cpu::gemm::MatRef;
 use crate::cpu::mm::{self, BOp, BSource, Init, PackedA, PackedB};
@@ -75,14 +76,15 @@ pub(super) fn conv_by_positions(
         )
     });
     let taps = plane.map(|p| im2col_taps(g, &p)).unwrap_or_default();
-    let mut pad = plane.map_or_else(Vec::new, |p| vec![0f32; g.c * p.len()]);
+    // Reused buffers, each written whole before it is read (fill_planes writes the pads too).
+    let mut pad = plane.map_or_else(Vec::new, |p| arena::take(g.c * p.len()));
     let mut cols = if pointwise {
         Vec::new()
     } else {
-        vec![0f32; kdim * out_len]
+        arena::take(kdim * out_len)
     };
     // the product's result: positions × channels
-    let mut by_position = vec![0f32; out_len * g.m];
+    let mut by_position = arena::take(out_len * g.m);
     let init = bias.map_or(Init::Zero, Init::Col);
     for (ni, dst) in out.chunks_exact_mut(g.m * out_len).enumerate() {
         let image = &x[ni * g.c * in_len..(ni + 1) * g.c * in_len];
@@ -124,6 +126,9 @@ pub(super) fn conv_by_positions(
             let mut planes: Vec<&mut [f32]> = dst.chunks_exact_mut(out_len).collect();
             epi.offset(ni * g.m).apply_rows(0, 0, &mut planes);
         }
+    }
+    for buf in [pad, cols, by_position] {
+        arena::give(buf);
     }
     Ok(())
 }
