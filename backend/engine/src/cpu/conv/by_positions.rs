@@ -9,6 +9,8 @@
 //! plan time ([`pack_filters_by_positions`]); the product's result is transposed back into the
 //! output's channel planes, and the tail applied to them.
 
+use rayon::prelude::*;
+
 use crate::cpu::arena;
 use crate::cpu::epilogue::{Epi, NoTail, RowEpilogue};
 use crate::cpu::gemm::MatRef;
@@ -76,22 +78,17 @@ pub(super) fn conv_by_positions(
         )
     });
     let taps = plane.map(|p| im2col_taps(g, &p)).unwrap_or_default();
-    // Reused buffers, each written whole before it is read (fill_planes writes the pads too).
-    let mut pad = plane.map_or_else(Vec::new, |p| arena::take(g.c * p.len()));
-    let mut cols = if pointwise {
-        Vec::new()
-    } else {
-        arena::take(kdim * out_len)
-    };
-    // the product's result: positions × channels
-    let mut by_position = arena::take(out_len * g.m);
     let init = bias.map_or(Init::Zero, Init::Col);
-    for (ni, dst) in out.chunks_exact_mut(g.m * out_len).enumerate() {
+    let run_image = |ni: usize, dst: &mut [f32], parallel: bool| -> Result<()> {
         let image = &x[ni * g.c * in_len..(ni + 1) * g.c * in_len];
-        // the im2col matrix (kdim × positions): the image itself when pointwise
-        let matrix: &[f32] = match plane {
-            None => image,
+        // Buffers from this thread's arena, each written whole before it is read (fill_planes
+        // writes the pads too). The im2col matrix (kdim × positions) is the image itself when
+        // pointwise.
+        let (pad, cols) = match plane {
+            None => (Vec::new(), Vec::new()),
             Some(p) => {
+                let mut pad = arena::take(g.c * p.len());
+                let mut cols = arena::take(kdim * out_len);
                 fill_planes(isa, &p, image, in_len, &mut pad);
                 let src = Im2col {
                     pad: &pad,
@@ -101,9 +98,10 @@ pub(super) fn conv_by_positions(
                     isa,
                 };
                 src.pack_panels(0, kdim, 0, out_len, out_len, &mut cols);
-                &cols
+                (pad, cols)
             }
         };
+        let matrix: &[f32] = if plane.is_some() { &cols } else { image };
         // its transpose as the A operand: rows are positions, each `out_len` apart in `matrix`
         let positions = MatRef {
             data: matrix,
@@ -112,6 +110,8 @@ pub(super) fn conv_by_positions(
             cs: out_len,
         };
         let a = PackedA::pack(positions, out_len, kdim, 1.0, isa)?;
+        // the product's result: positions × channels
+        let mut by_position = arena::take(out_len * g.m);
         mm::gemm(
             &a,
             BOp::Packed(filters),
@@ -119,18 +119,29 @@ pub(super) fn conv_by_positions(
             g.m,
             init,
             &NoTail,
-            true,
+            parallel,
         )?;
         transpose_into(&by_position, out_len, g.m, dst);
         if !epi.is_empty() {
             let mut planes: Vec<&mut [f32]> = dst.chunks_exact_mut(out_len).collect();
             epi.offset(ni * g.m).apply_rows(0, 0, &mut planes);
         }
+        for buf in [pad, cols, by_position] {
+            arena::give(buf);
+        }
+        Ok(())
+    };
+    // As the usual product: a batch runs an image per thread, a single image splits its product.
+    let per_image = g.m * out_len;
+    if g.n >= rayon::current_num_threads() && g.n > 1 {
+        out.par_chunks_exact_mut(per_image)
+            .enumerate()
+            .try_for_each(|(ni, dst)| run_image(ni, dst, false))
+    } else {
+        out.chunks_exact_mut(per_image)
+            .enumerate()
+            .try_for_each(|(ni, dst)| run_image(ni, dst, true))
     }
-    for buf in [pad, cols, by_position] {
-        arena::give(buf);
-    }
-    Ok(())
 }
 
 /// `dst` (cols × rows) = the transpose of `src` (rows × cols), both row-major; 16 columns of
