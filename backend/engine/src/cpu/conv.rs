@@ -14,6 +14,7 @@ use crate::cpu::mm::{
 use crate::cpu::padded::{PadPlane, Window, copy_row, valid_range};
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
+use crate::ir::Op;
 
 mod by_positions;
 
@@ -71,7 +72,35 @@ fn im2col(x: &[f32], g: &ConvGeom<'_>, c0: usize, col: &mut [f32]) {
     });
 }
 
-impl ConvGeom<'_> {
+impl<'a> ConvGeom<'a> {
+    /// The geometry of `op` (an `Op::Conv`; `None` for any other op) with input shape `sx`,
+    /// filters of shape `sw` and output shape `so`, each of rank 3 or more.
+    pub(crate) fn of_conv(op: &'a Op, sx: &'a [usize], sw: &[usize], so: &'a [usize]) -> Option<Self> {
+        let Op::Conv {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group,
+            ..
+        } = op
+        else {
+            return None;
+        };
+        Some(ConvGeom {
+            n: sx[0],
+            c: sx[1],
+            m: sw[0],
+            group: *group,
+            in_sp: &sx[2..],
+            out_sp: &so[2..],
+            kernel: kernel_shape,
+            strides,
+            pads,
+            dilations,
+        })
+    }
+
     /// True for a depthwise 2-D convolution (one filter per channel), run by `depthwise2d`.
     pub(crate) fn is_depthwise(&self) -> bool {
         self.group > 1 && self.group == self.c && self.group == self.m && self.in_sp.len() == 2

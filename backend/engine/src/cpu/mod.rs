@@ -132,14 +132,7 @@ fn prepare(
     };
     let input_shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
     Ok(match &node.op {
-        Op::Conv {
-            group,
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            ..
-        } => {
+        Op::Conv { group, .. } => {
             let (Some((w, sw, t)), Some(sx)) = (constant(1), input_shape(0)) else {
                 return Ok(None);
             };
@@ -147,17 +140,8 @@ fn prepare(
             let (Some(so), true) = (out, sx.len() == sw.len() && sx.len() > 2) else {
                 return Ok(None);
             };
-            let geom = conv::ConvGeom {
-                n: sx[0],
-                c: sx[1],
-                m: sw[0],
-                group: *group,
-                in_sp: &sx[2..],
-                out_sp: &so[2..],
-                kernel: kernel_shape,
-                strides,
-                pads,
-                dilations,
+            let Some(geom) = conv::ConvGeom::of_conv(&node.op, sx, sw, so) else {
+                return Ok(None);
             };
             if geom.is_depthwise() {
                 return Ok(None);

@@ -249,32 +249,14 @@ fn cpu(
     let out0 = || outs.first().map(|o| o.1.as_slice()).unwrap_or(&[]);
     let one = |b: Buf| Ok(vec![b]);
     match op {
-        Op::Conv {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group,
-            activation,
-            ..
-        } => {
+        Op::Conv { activation, .. } => {
             let (x, sx) = arg(ins, 0)?;
             let (w, sw) = arg(ins, 1)?;
             float_only(x.dtype(), "Conv")?;
             let bias = ins.get(2).copied().flatten().map(|(b, _)| f32_of(b));
             let o = out0();
-            let g = ConvGeom {
-                n: sx[0],
-                c: sx[1],
-                m: sw[0],
-                group: *group,
-                in_sp: &sx[2..],
-                out_sp: &o[2..],
-                kernel: kernel_shape,
-                strides,
-                pads,
-                dilations,
-            };
+            let g = ConvGeom::of_conv(op, sx, sw, o)
+                .ok_or_else(|| EngineError::internal("Conv geometry of a non-Conv op"))?;
             let epi = Epi::new(activation, ins, o, 2)?;
             let packed = match prep {
                 Some(Prepared::ConvWeights(p)) => Some(p),
