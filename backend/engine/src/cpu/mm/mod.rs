@@ -232,10 +232,23 @@ pub(crate) trait BSource: Sync {
     /// front to back, which the hardware prefetchers follow; one panel at a time reads `kl` rows
     /// a short piece each, every piece on its own page.
     fn pack_panels(&self, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) {
-        for (t, panel) in dst.chunks_exact_mut(kl * w).take(cols.div_ceil(w)).enumerate() {
-            let c0 = t * w;
-            self.pack(k0, kl, n0 + c0, w.min(cols - c0), w, panel);
-        }
+        pack_panel_by_panel(self, k0, kl, n0, cols, w, dst);
+    }
+}
+
+/// [`BSource::pack_panels`] as a [`BSource::pack`] per panel.
+fn pack_panel_by_panel<S: BSource + ?Sized>(
+    src: &S,
+    k0: usize,
+    kl: usize,
+    n0: usize,
+    cols: usize,
+    w: usize,
+    dst: &mut [f32],
+) {
+    for (t, panel) in dst.chunks_exact_mut(kl * w).take(cols.div_ceil(w)).enumerate() {
+        let c0 = t * w;
+        src.pack(k0, kl, n0 + c0, w.min(cols - c0), w, panel);
     }
 }
 
@@ -334,10 +347,7 @@ impl BSource for DenseB<'_> {
     fn pack_panels(&self, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) {
         let MatRef { data, off, rs, cs } = self.m;
         if cs != 1 || self.alpha != 1.0 {
-            for (t, panel) in dst.chunks_exact_mut(kl * w).take(cols.div_ceil(w)).enumerate() {
-                let c0 = t * w;
-                self.pack(k0, kl, n0 + c0, w.min(cols - c0), w, panel);
-            }
+            pack_panel_by_panel(self, k0, kl, n0, cols, w, dst);
             return;
         }
         let pieces = panel_pieces(&[(0, 0, cols)], kl, w);
@@ -576,20 +586,18 @@ fn run_task(
             let mut mb = panels.start;
             while mb < panels.end {
                 let me = (mb + MC_PANELS).min(panels.end);
+                // tile t's packed B rows k0..k0 + kl, and panel p's packed A rows
+                let b_block = |t: usize| match b {
+                    BOp::Packed(pb) => &pb.data[t * k * g.nr + k0 * g.nr..][..kl * g.nr],
+                    BOp::Src { .. } => &scratch[(t - tb) * kl * g.nr..][..kl * g.nr],
+                };
+                let a_chunk = |p: usize| &a.data[p * g.mr * k + k0 * g.mr..][..kl * g.mr];
                 for t in tb..te {
                     let n0 = t * g.nr;
                     let nr = g.nr.min(n - n0);
-                    let bp: &[f32] = match b {
-                        BOp::Packed(p) => &p.data[t * k * g.nr + k0 * g.nr..][..kl * g.nr],
-                        BOp::Src { .. } => &scratch[(t - tb) * kl * g.nr..][..kl * g.nr],
-                    };
-                    let a_chunk = |p: usize| &a.data[p * g.mr * k + k0 * g.mr..][..kl * g.mr];
+                    let bp = b_block(t);
                     // The next tile's B block, fetched a share per panel while they run.
-                    let b_next = match b {
-                        _ if t + 1 == te => None,
-                        BOp::Packed(pb) => Some(&pb.data[(t + 1) * k * g.nr + k0 * g.nr..][..kl * g.nr]),
-                        BOp::Src { .. } => Some(&scratch[(t + 1 - tb) * kl * g.nr..][..kl * g.nr]),
-                    };
+                    let b_next = (t + 1 < te).then(|| b_block(t + 1));
                     let b_share = (kl * g.nr / 16).div_ceil(me - mb);
                     for p in mb..me {
                         let m0 = p * g.mr;
