@@ -11,7 +11,7 @@ use crate::cpu::gemm::{MatRef, sgemm};
 use crate::cpu::mm::{
     self, BOp, BSource, DenseB, Init, PackedA, PackedB, copy_pieces, panel_pieces, zero_past_columns,
 };
-use crate::cpu::padded::{PadPlane, Window, copy_row, valid_range};
+use crate::cpu::padded::{PadPlane, Window, valid_range};
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
 use crate::ir::Op;
@@ -198,7 +198,8 @@ struct Im2col<'a> {
 
 impl BSource for Im2col<'_> {
     fn pack(&self, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) {
-        im2col_block(self.isa, self, k0, kl, n0, nr, w, dst);
+        // one panel of `nr ≤ w` columns
+        im2col_panels(self.isa, self, k0, kl, n0, nr, w, dst);
     }
 
     fn pack_panels(&self, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) {
@@ -238,47 +239,6 @@ fn im2col_panels_body<const FMA: bool>(
 multiversion! {
     #[allow(clippy::too_many_arguments)]
     fn im2col_panels(src: &Im2col<'_>, k0: usize, kl: usize, n0: usize, cols: usize, w: usize, dst: &mut [f32]) = im2col_panels_body;
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn im2col_block_body<const FMA: bool>(
-    src: &Im2col<'_>,
-    k0: usize,
-    kl: usize,
-    n0: usize,
-    nr: usize,
-    w: usize,
-    dst: &mut [f32],
-) {
-    // Runs of the block's columns within one output row, 64 at a time: (offset in a padded
-    // plane, column, length).
-    let mut runs = [(0usize, 0usize, 0usize); 64];
-    let mut p = n0;
-    while p < n0 + nr {
-        let mut count = 0;
-        while p < n0 + nr && count < runs.len() {
-            let (oy, ox) = (p / src.ow, p % src.ow);
-            let len = (src.ow - ox).min(n0 + nr - p);
-            runs[count] = (src.plane.row_offset(oy) + ox, p - n0, len);
-            count += 1;
-            p += len;
-        }
-        // Each run copies a multiple of 16 values, within its matrix row; what it writes past its
-        // own end is overwritten by a later run or lies in columns past nr.
-        for (kk, &base) in src.taps[k0..k0 + kl].iter().enumerate() {
-            for &(off, col, len) in &runs[..count] {
-                let (at, from) = (kk * w + col, base + off);
-                let n = len.next_multiple_of(16).min(w - col).min(src.pad.len() - from);
-                copy_row(&mut dst[at..at + n], &src.pad[from..from + n]);
-            }
-        }
-    }
-}
-
-multiversion! {
-    #[allow(clippy::too_many_arguments)]
-    fn im2col_block(src: &Im2col<'_>, k0: usize, kl: usize, n0: usize, nr: usize, w: usize, dst: &mut [f32]) = im2col_block_body;
 }
 
 #[inline(always)]
