@@ -47,9 +47,24 @@ fuse() {
     echo "$fuse_want" > "$out/.fuse-stamp"
   fi
 }
+# The detector exported whole, NonMaxSuppression included (zoo/export_detector.py), is a fourth stage: exported
+# in the exporters' venv, its reference outputs made with the project venv's onnxruntime (zoo/detector_zoo.py).
+detector() {
+  local detector_want source
+  detector_want="$(cat "$zoo_src/export_detector.py" "$zoo_src/detector_zoo.py" "$zoo_src/quantize_zoo.py" \
+    "$zoo_src/zoo_reference.py" "$out/.stamp" | sha256sum | cut -d' ' -f1)"
+  if [ ! -f "$out/.detector-stamp" ] || [ "$(cat "$out/.detector-stamp")" != "$detector_want" ]; then
+    [ -x "$cache/venv/bin/python" ] || { echo "ensure-zoo: no exporters' venv at $cache/venv; remove $out/.stamp to rebuild the zoo" >&2; exit 1; }
+    echo "==> zoo: a detector exported whole, NonMaxSuppression included, into $out" >&2
+    source="$("$cache/venv/bin/python" "$zoo_src/export_detector.py" "$out/tv_ssdlite320_nms.onnx" 2>/dev/null | tail -n 1)"
+    "$py" "$zoo_src/detector_zoo.py" "$out" "$source" >&2
+    echo "$detector_want" > "$out/.detector-stamp"
+  fi
+}
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$want" ]; then
   quantize
   fuse
+  detector
   echo "$out"
   exit 0
 fi
@@ -76,4 +91,5 @@ rm -rf "$out"
 mv "$out.tmp" "$out"
 quantize
 fuse
+detector
 echo "$out"

@@ -14,6 +14,7 @@ pub mod passes;
 mod plan_cache;
 mod session;
 pub mod specialise;
+mod stages;
 mod tensor;
 mod wgpu;
 

@@ -1,10 +1,12 @@
 //! A loaded model: the optimised IR, its signature, and specialisation to concrete input shapes.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::error::{EngineError, Result};
 pub use crate::ir::Dim;
 use crate::ir::{ConcreteGraph, Graph};
+use crate::stages::Stages;
 use crate::tensor::{DataType, Tensor};
 
 /// Name, dtype and dims of a model input or output.
@@ -56,6 +58,8 @@ pub struct Model {
     pub(crate) graph: Graph,
     pub(crate) signature: Signature,
     pub(crate) host_inputs: Vec<usize>,
+    /// The model's stages when a value it computes decides shapes (see [`crate::stages`]).
+    pub(crate) stages: Option<Arc<Stages>>,
 }
 
 impl Model {
@@ -80,13 +84,25 @@ impl Model {
     /// Build a model from an IR graph (already converted from ONNX): optimises it and derives the
     /// signature.
     pub fn from_graph(graph: Graph) -> Result<Model> {
-        let graph = crate::passes::optimise(graph)?;
+        Model::from_optimised(crate::passes::optimise(graph)?)
+    }
+
+    /// A model of an optimised graph: its host inputs, its stages where it has any, its signature.
+    pub(crate) fn from_optimised(graph: Graph) -> Result<Model> {
         let host_inputs = crate::specialise::host_inputs(&graph);
-        let signature = crate::specialise::infer_signature(&graph, &host_inputs)?;
+        let stages = Stages::plan(&graph)?.map(Arc::new);
+        let signature = match &stages {
+            Some(s) => Signature {
+                inputs: crate::specialise::input_specs(&graph)?,
+                outputs: s.output_specs.clone(),
+            },
+            None => crate::specialise::infer_signature(&graph, &host_inputs)?,
+        };
         Ok(Model {
             graph,
             signature,
             host_inputs,
+            stages,
         })
     }
 

@@ -2,9 +2,12 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+
 use crate::cpu::CpuExecutor;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::model::Model;
+use crate::stages::Stages;
 use crate::tensor::Tensor;
 pub use crate::wgpu::AdapterChoice;
 
@@ -42,6 +45,127 @@ impl Default for SessionOptions {
 enum Executor {
     Cpu(CpuExecutor),
     Wgpu(crate::wgpu::WgpuExecutor),
+    /// A model in stages, each part on its own executor.
+    Staged(Box<StagedRun>),
+}
+
+impl Executor {
+    /// The executor for `model`. CPU executors take `pool` when one is started already (the
+    /// parts of a staged model share one) and leave theirs there otherwise.
+    fn new(
+        model: &Arc<Model>,
+        options: &SessionOptions,
+        pool: &mut Option<Arc<rayon::ThreadPool>>,
+    ) -> Result<Self> {
+        if let Some(stages) = &model.stages {
+            let mut part =
+                |m: &Option<Arc<Model>>| m.as_ref().map(|m| Executor::new(m, options, pool)).transpose();
+            let first = part(&stages.first)?;
+            let rest = part(&stages.rest)?;
+            return Ok(Executor::Staged(Box::new(StagedRun {
+                stages: Arc::clone(stages),
+                first,
+                rest,
+            })));
+        }
+        Ok(match &options.executor {
+            ExecutorKind::Cpu => {
+                let cpu = match pool {
+                    Some(p) => CpuExecutor::on_pool(model.clone(), Arc::clone(p), options.plan_cache_size),
+                    None => CpuExecutor::new(model.clone(), options.threads, options.plan_cache_size)?,
+                };
+                *pool = Some(cpu.pool());
+                Executor::Cpu(cpu)
+            }
+            ExecutorKind::Wgpu(choice) => Executor::Wgpu(crate::wgpu::WgpuExecutor::new(
+                model.clone(),
+                options.plan_cache_size,
+                choice,
+            )?),
+        })
+    }
+
+    /// Runs with inputs and outputs in signature order.
+    fn run(&self, inputs: Vec<Tensor>) -> BoxFuture<'_, Result<Vec<Tensor>>> {
+        Box::pin(async move {
+            match self {
+                Executor::Cpu(cpu) => cpu.run(inputs).await,
+                Executor::Wgpu(gpu) => gpu.run(inputs).await,
+                Executor::Staged(staged) => staged.run(inputs).await,
+            }
+        })
+    }
+
+    fn run_blocking(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        match self {
+            Executor::Cpu(cpu) => cpu.run_blocking(inputs),
+            Executor::Wgpu(gpu) => gpu.run_blocking(inputs),
+            Executor::Staged(staged) => pollster::block_on(staged.run(inputs)),
+        }
+    }
+
+    fn parts(&self) -> Vec<&Executor> {
+        match self {
+            Executor::Staged(s) => s.first.iter().chain(&s.rest).flat_map(|e| e.parts()).collect(),
+            _ => vec![self],
+        }
+    }
+
+    fn device_memory_bytes(&self) -> u64 {
+        self.parts()
+            .into_iter()
+            .map(|e| match e {
+                Executor::Wgpu(gpu) => gpu.device_memory_bytes(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    fn device_lost(&self) -> Option<String> {
+        self.parts().into_iter().find_map(|e| match e {
+            Executor::Wgpu(gpu) => gpu.device_lost(),
+            _ => None,
+        })
+    }
+}
+
+/// A staged model's run: the first stage, the host nodes between, then the rest.
+struct StagedRun {
+    stages: Arc<Stages>,
+    first: Option<Executor>,
+    rest: Option<Executor>,
+}
+
+impl StagedRun {
+    async fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let mut values = self.stages.start(inputs);
+        if let (Some(model), Some(first)) = (&self.stages.first, &self.first) {
+            let outputs = first.run(values.inputs_of(model.graph())?).await?;
+            values.record(model.graph(), outputs);
+        }
+        let between = Arc::clone(self.stages.between());
+        if !between.nodes.is_empty() {
+            let inputs = values.inputs_of(&between)?;
+            let outputs = match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    let graph = Arc::clone(&between);
+                    handle
+                        .spawn_blocking(move || crate::specialise::evaluate(&graph, &inputs))
+                        .await
+                        .map_err(|e| {
+                            EngineError::internal(format!("the host step between stages stopped: {e}"))
+                        })??
+                }
+                Err(_) => crate::specialise::evaluate(&between, &inputs)?,
+            };
+            values.record(&between, outputs);
+        }
+        if let (Some(model), Some(rest)) = (&self.stages.rest, &self.rest) {
+            let outputs = rest.run(values.inputs_of(model.graph())?).await?;
+            values.record(model.graph(), outputs);
+        }
+        self.stages.finish(values)
+    }
 }
 
 /// A model ready to run on one executor. `Send + Sync`; runs may overlap.
@@ -61,18 +185,7 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Create a session.
     pub fn new(model: Arc<Model>, options: SessionOptions) -> Result<Session> {
-        let executor = match &options.executor {
-            ExecutorKind::Cpu => Executor::Cpu(CpuExecutor::new(
-                model.clone(),
-                options.threads,
-                options.plan_cache_size,
-            )?),
-            ExecutorKind::Wgpu(choice) => Executor::Wgpu(crate::wgpu::WgpuExecutor::new(
-                model.clone(),
-                options.plan_cache_size,
-                choice,
-            )?),
-        };
+        let executor = Executor::new(&model, &options, &mut None)?;
         Ok(Session { model, executor })
     }
 
@@ -85,39 +198,27 @@ impl Session {
     /// async runtime: the work runs on the executor's own threads.
     pub async fn run(&self, inputs: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
         let inputs = self.model.check_inputs(inputs)?;
-        let outputs = match &self.executor {
-            Executor::Cpu(cpu) => cpu.run(inputs).await?,
-            Executor::Wgpu(gpu) => gpu.run(inputs).await?,
-        };
+        let outputs = self.executor.run(inputs).await?;
         Ok(self.name_outputs(outputs))
     }
 
     /// Blocking variant of [`Session::run`] for tools, tests and benchmarks.
     pub fn run_blocking(&self, inputs: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
         let inputs = self.model.check_inputs(inputs)?;
-        let outputs = match &self.executor {
-            Executor::Cpu(cpu) => cpu.run_blocking(inputs)?,
-            Executor::Wgpu(gpu) => gpu.run_blocking(inputs)?,
-        };
+        let outputs = self.executor.run_blocking(inputs)?;
         Ok(self.name_outputs(outputs))
     }
 
     /// Bytes of device memory held by this session's plans (0 for the CPU executor).
     pub fn device_memory_bytes(&self) -> u64 {
-        match &self.executor {
-            Executor::Cpu(_) => 0,
-            Executor::Wgpu(gpu) => gpu.device_memory_bytes(),
-        }
+        self.executor.device_memory_bytes()
     }
 
     /// Why this session cannot run any more because its GPU device was lost (`None` while it can, and
     /// always for the CPU executor). A lost session never recovers: create a new one, which takes a new
     /// device once the adapter is back.
     pub fn device_lost(&self) -> Option<String> {
-        match &self.executor {
-            Executor::Cpu(_) => None,
-            Executor::Wgpu(gpu) => gpu.device_lost(),
-        }
+        self.executor.device_lost()
     }
 
     fn name_outputs(&self, outputs: Vec<Tensor>) -> Vec<(String, Tensor)> {

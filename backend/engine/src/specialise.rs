@@ -14,18 +14,23 @@ use crate::ops::{InVal, Resolved, eval_host, is_param_input, resolve};
 use crate::tensor::{DataType, Tensor, checked_elements};
 
 /// Indices of graph inputs whose values feed parameter inputs (shapes, axes, …), directly or
-/// through host-computable nodes.
+/// through host-computable nodes. The nodes that cut the graph into stages ([`crate::stages`]) are
+/// passed over: their parameters are computed by an earlier stage, not given by the request.
 pub fn host_inputs(graph: &Graph) -> Vec<usize> {
+    let cuts = crate::stages::cut_nodes(graph);
     let mut needed: HashSet<ValueId> = HashSet::new();
-    fn walk(nodes: &[Node], needed: &mut HashSet<ValueId>) {
-        for n in nodes.iter().rev() {
+    fn walk(nodes: &[Node], skip: &HashSet<usize>, needed: &mut HashSet<ValueId>) {
+        for (k, n) in nodes.iter().enumerate().rev() {
+            if skip.contains(&k) {
+                continue;
+            }
             if let Op::If {
                 then_branch,
                 else_branch,
             } = &n.op
             {
-                walk(&then_branch.nodes, needed);
-                walk(&else_branch.nodes, needed);
+                walk(&then_branch.nodes, &HashSet::new(), needed);
+                walk(&else_branch.nodes, &HashSet::new(), needed);
             }
             for (i, v) in n.inputs.iter().enumerate() {
                 if let Some(v) = v
@@ -47,7 +52,7 @@ pub fn host_inputs(graph: &Graph) -> Vec<usize> {
     // iterate to a fixpoint because of branches
     loop {
         let before = needed.len();
-        walk(&graph.nodes, &mut needed);
+        walk(&graph.nodes, &cuts, &mut needed);
         if needed.len() == before {
             break;
         }
@@ -64,18 +69,7 @@ pub fn host_inputs(graph: &Graph) -> Vec<usize> {
 /// The signature of a graph. Output dims are inferred by specialising with probe sizes for dynamic
 /// input dims (a dim that changes with them is dynamic), falling back to the declared output types.
 pub fn infer_signature(graph: &Graph, host_inputs: &[usize]) -> Result<Signature> {
-    let mut inputs = Vec::new();
-    for &id in &graph.inputs {
-        let v = &graph.values[id.0];
-        let dtype = v
-            .dtype
-            .ok_or_else(|| EngineError::invalid(format!("graph input '{}' has no element type", v.name)))?;
-        inputs.push(TensorSpec {
-            name: v.name.clone(),
-            dtype,
-            dims: v.shape.clone().unwrap_or_default(),
-        });
-    }
+    let inputs = input_specs(graph)?;
     let sig_in = Signature {
         inputs: inputs.clone(),
         outputs: Vec::new(),
@@ -156,6 +150,25 @@ pub fn infer_signature(graph: &Graph, host_inputs: &[usize]) -> Result<Signature
     Ok(Signature { inputs, outputs })
 }
 
+/// The graph's inputs as declared.
+pub(crate) fn input_specs(graph: &Graph) -> Result<Vec<TensorSpec>> {
+    graph
+        .inputs
+        .iter()
+        .map(|&id| {
+            let v = &graph.values[id.0];
+            let dtype = v.dtype.ok_or_else(|| {
+                EngineError::invalid(format!("graph input '{}' has no element type", v.name))
+            })?;
+            Ok(TensorSpec {
+                name: v.name.clone(),
+                dtype,
+                dims: v.shape.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
 /// State of one specialisation run.
 struct Spec<'g> {
     graph: &'g Graph,
@@ -168,6 +181,9 @@ struct Spec<'g> {
     /// new values created during specialisation (ids after the graph's)
     extra: Vec<ConcreteValue>,
     nodes: Vec<Node>,
+    /// Shape probing of a staged graph: nodes that cut it into stages, and the nodes after them, are
+    /// passed over (their values get no shape) instead of failing the run.
+    partial: bool,
 }
 
 impl Spec<'_> {
@@ -202,10 +218,23 @@ impl Spec<'_> {
 
     fn run_nodes(&mut self, nodes: &[Node]) -> Result<()> {
         for n in nodes {
-            self.run_node(n)
-                .map_err(|e| e.context(format!("node '{}' ({})", n.name, n.op.name())))?;
+            if self.partial && !self.has_input_shapes(n) {
+                continue;
+            }
+            match self.run_node(n) {
+                Err(_) if self.partial && crate::stages::may_cut(&n.op) => continue,
+                r => r.map_err(|e| e.context(format!("node '{}' ({})", n.name, n.op.name())))?,
+            }
         }
         Ok(())
+    }
+
+    /// True when every input of `n` has a shape (false after a node passed over by a partial run).
+    fn has_input_shapes(&self, n: &Node) -> bool {
+        n.inputs
+            .iter()
+            .flatten()
+            .all(|v| self.info.contains_key(&self.map(*v)))
     }
 
     fn run_node(&mut self, n: &Node) -> Result<()> {
@@ -222,8 +251,9 @@ impl Spec<'_> {
                 .ok_or_else(|| EngineError::invalid("If without cond"))?;
             let Some(t) = self.host.get(&cond) else {
                 return Err(EngineError::unsupported(format!(
-                    "If whose condition '{}' depends on request data (only conditions known when the \
-                     plan is built are supported)",
+                    "If whose condition '{}' depends on request data inside another If's branch (a \
+                     top-level If runs the model in stages; a nested one needs its condition known when \
+                     the plan is built)",
                     self.name(cond)
                 )));
             };
@@ -373,7 +403,7 @@ pub fn specialise(
     host_inputs: &[usize],
     inputs: &[PlanInput],
 ) -> Result<ConcreteGraph> {
-    let sp = run_spec(graph, Some(signature), host_inputs, inputs)?;
+    let sp = run_spec(graph, Some(signature), host_inputs, inputs, false)?;
     let outputs: Vec<ValueId> = graph.outputs.iter().map(|&o| sp.map(o)).collect();
     compact(sp, graph, outputs)
 }
@@ -412,7 +442,7 @@ pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>
                 }
             })
             .collect();
-        let sp = match run_spec(graph, None, &[], &plan) {
+        let sp = match run_spec(graph, None, &[], &plan, true) {
             Ok(sp) => sp,
             Err(e) => {
                 tracing::debug!(size, error = %e, "probe shape inference refused this size");
@@ -435,11 +465,35 @@ pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>
     Some([found.next()?, found.next()?])
 }
 
+/// Evaluates every node of `graph` on the host for these input values (in the graph's input
+/// order) and returns its outputs: what runs between the stages of a staged model.
+pub(crate) fn evaluate(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let all: Vec<usize> = (0..graph.inputs.len()).collect();
+    let plan: Vec<PlanInput> = inputs
+        .iter()
+        .map(|t| PlanInput {
+            shape: t.shape.clone(),
+            value: Some(t.clone()),
+        })
+        .collect();
+    let sp = run_spec(graph, None, &all, &plan, false)?;
+    graph
+        .outputs
+        .iter()
+        .map(|&o| {
+            sp.host.get(&sp.map(o)).cloned().ok_or_else(|| {
+                EngineError::internal(format!("'{}' was not computed on the host", sp.name(o)))
+            })
+        })
+        .collect()
+}
+
 fn run_spec<'g>(
     graph: &'g Graph,
     signature: Option<&Signature>,
     host_inputs: &[usize],
     inputs: &[PlanInput],
+    partial: bool,
 ) -> Result<Spec<'g>> {
     if inputs.len() != graph.inputs.len() {
         return Err(EngineError::invalid(format!(
@@ -455,6 +509,7 @@ fn run_spec<'g>(
         alias: HashMap::new(),
         extra: Vec::new(),
         nodes: Vec::new(),
+        partial,
     };
     for (id, t) in &graph.constants {
         sp.info.insert(*id, (t.dtype, t.shape.clone()));

@@ -196,6 +196,18 @@ impl Tensor {
         Ok(t)
     }
 
+    /// A tensor of zeros (empty strings for STRING).
+    pub(crate) fn zeros(dtype: DataType, shape: Vec<usize>) -> Result<Tensor> {
+        let n = checked_elements(&shape)?;
+        if dtype == DataType::String {
+            return Tensor::from_strings(shape, &vec![Vec::new(); n]);
+        }
+        let size = dtype
+            .size()
+            .ok_or_else(|| EngineError::internal(format!("{dtype} has no element size")))?;
+        Tensor::new(dtype, shape, Bytes::from(vec![0u8; n * size]))
+    }
+
     /// A tensor from typed values.
     pub fn from_vec<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor> {
         let n: usize = shape.iter().product();

@@ -1,8 +1,9 @@
 //! The zoo of real exporter output (`zoo/export_zoo.py`: PaddleOCR's det/rec/cls as shipped in a PyPI wheel,
 //! torchvision ResNet-50, MobileNetV3, EfficientNet-B0, ViT-B/16 and SSDlite, and BERT-base, ViT-S and
 //! Whisper-tiny-like encoders from transformers configs) on the CPU executor against onnxruntime at batch 1
-//! and 2, with the test inputs of the zoo's manifest; the zoo's int8 models (`zoo/quantize_zoo.py`) and its
-//! BERT fused by onnxruntime's transformer optimizer (`zoo/fuse_zoo.py`) on both executors.
+//! and 2, with the test inputs of the zoo's manifest; the zoo's int8 models (`zoo/quantize_zoo.py`), its
+//! BERT fused by onnxruntime's transformer optimizer (`zoo/fuse_zoo.py`) and its detector exported whole,
+//! NonMaxSuppression included (`zoo/export_detector.py`), on both executors.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -219,4 +220,43 @@ fn ocr_cls_qdq_matches_onnxruntime() {
 #[test]
 fn ocr_cls_dynamic_matches_onnxruntime() {
     check_quantized("ocr_cls_dynamic", QUANTIZED_ATOL);
+}
+
+/// The detector (`zoo/export_detector.py`) records its exporter and really holds the data-dependent
+/// operators that make it run in stages: NonZero (the score filter) and NonMaxSuppression.
+#[test]
+fn zoo_detector_records_its_exporter_and_data_dependent_operators() {
+    let dir = support::zoo::zoo_dir();
+    let models: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("detector.json")).unwrap()).unwrap();
+    let spec = &models["tv_ssdlite320_nms"];
+    assert!(
+        spec["exporter"]
+            .as_str()
+            .is_some_and(|s| s.contains("torch.onnx.export")),
+        "exporter recorded: {spec}"
+    );
+    let used: Vec<&str> = spec["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for op in ["NonZero", "TopK", "NonMaxSuppression"] {
+        assert!(used.contains(&op), "tv_ssdlite320_nms uses {op}: {used:?}");
+    }
+}
+
+/// The whole detector on one image: boxes, scores and labels as onnxruntime finds them (same count).
+#[test]
+fn tv_ssdlite320_nms_matches_onnxruntime() {
+    let name = "tv_ssdlite320_nms";
+    let model = support::zoo::load(name);
+    let session = Session::new(model.clone(), SessionOptions::default()).unwrap();
+    support::zoo::check(&session, &model, name, &[1], RTOL, ATOL);
+}
+
+#[test]
+fn tv_ssdlite320_nms_matches_onnxruntime_on_wgpu() {
+    check_wgpu("tv_ssdlite320_nms", RTOL, ATOL);
 }

@@ -184,7 +184,7 @@ impl Slot {
 
 struct Inner {
     model: Arc<Model>,
-    pool: rayon::ThreadPool,
+    pool: Arc<rayon::ThreadPool>,
     plans: PlanCache<CpuPlan>,
     /// constants converted and packed once, shared by all plans
     weights: Weights,
@@ -215,14 +215,28 @@ impl CpuExecutor {
         let pool = b
             .build()
             .map_err(|e| EngineError::ResourceExhausted(format!("cannot start CPU worker threads: {e}")))?;
-        Ok(CpuExecutor {
+        Ok(CpuExecutor::on_pool(model, Arc::new(pool), plan_cache_size))
+    }
+
+    /// A CPU executor for `model` on an existing pool: the stages of a staged model share one.
+    pub(crate) fn on_pool(
+        model: Arc<Model>,
+        pool: Arc<rayon::ThreadPool>,
+        plan_cache_size: usize,
+    ) -> CpuExecutor {
+        CpuExecutor {
             inner: Arc::new(Inner {
                 model,
                 pool,
                 plans: PlanCache::new(plan_cache_size),
                 weights: Weights::default(),
             }),
-        })
+        }
+    }
+
+    /// The executor's worker pool.
+    pub(crate) fn pool(&self) -> Arc<rayon::ThreadPool> {
+        Arc::clone(&self.inner.pool)
     }
 
     /// Run with inputs in signature order without blocking the caller's async runtime: on the

@@ -13,6 +13,7 @@ pub(crate) const fn decomposed(name: &'static str) -> Family {
     Family {
         name,
         plan_time: false,
+        value_dependent_shapes: false,
         param_input: no_params,
         resolve: never_resolved,
         cpu: never_run,

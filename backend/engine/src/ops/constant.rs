@@ -23,6 +23,7 @@ const MAX_HOST_ELEMENTS: usize = 1 << 27;
 pub(super) static FAMILY: Family = Family {
     name: "constant",
     plan_time: true,
+    value_dependent_shapes: false,
     param_input,
     resolve,
     cpu: plan_time_cpu,

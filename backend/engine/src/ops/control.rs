@@ -10,6 +10,7 @@ pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("If", 1, convert, &FAMILY)];
 pub(super) static FAMILY: Family = Family {
     name: "control",
     plan_time: true,
+    value_dependent_shapes: false,
     param_input,
     resolve,
     cpu: plan_time_cpu,

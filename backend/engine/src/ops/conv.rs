@@ -20,6 +20,7 @@ pub(super) static ONNX: &[OnnxOp] = &[
 pub(super) static FAMILY: Family = Family {
     name: "conv",
     plan_time: false,
+    value_dependent_shapes: false,
     param_input,
     resolve,
     cpu,

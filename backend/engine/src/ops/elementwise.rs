@@ -63,6 +63,7 @@ pub(super) static ONNX: &[OnnxOp] = &[
 pub(super) static FAMILY: Family = Family {
     name: "elementwise",
     plan_time: false,
+    value_dependent_shapes: false,
     param_input,
     resolve,
     cpu,

@@ -19,6 +19,7 @@ pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("GridSample", 16, convert, &FA
 pub(super) static FAMILY: Family = Family {
     name: "grid_sample",
     plan_time: false,
+    value_dependent_shapes: false,
     param_input: no_params,
     resolve,
     cpu,

@@ -33,6 +33,7 @@ pub(super) const CPU_ONLY: &[&str] = &["ScatterND"];
 pub(super) static FAMILY: Family = Family {
     name: "indexed",
     plan_time: false,
+    value_dependent_shapes: false,
     param_input,
     resolve,
     cpu,

@@ -69,6 +69,10 @@ pub(crate) struct Family {
     /// True when the ops are computed (or inlined) while the plan is built and never reach an executor.
     #[cfg_attr(not(test), allow(dead_code))] // read by the generated operator list (`tests.rs`)
     pub(crate) plan_time: bool,
+    /// True when the ops' output *shapes* depend on their inputs' values (NonZero,
+    /// NonMaxSuppression). Where those values are computed from request data, the model runs in
+    /// stages and these ops run on the host between them ([`crate::stages`]).
+    pub(crate) value_dependent_shapes: bool,
     /// True when input `i` is a *parameter*: its value, not only its shape, decides the plan.
     pub(crate) param_input: fn(&Op, usize) -> bool,
     /// Output dtypes and shapes for concrete inputs; parameter inputs become attributes.
@@ -184,6 +188,11 @@ pub(crate) fn wgpu_refusal(op: &Op) -> Option<&'static str> {
 /// Resolve `op` for inputs `ins`; `n_out` is the node's output count.
 pub(crate) fn resolve(op: &Op, ins: &[Option<InVal<'_>>], n_out: usize) -> Result<Resolved> {
     (family(op).resolve)(op, ins, n_out)
+}
+
+/// True when `op`'s output shapes depend on its inputs' values (see [`Family::value_dependent_shapes`]).
+pub(crate) fn has_value_dependent_shapes(op: &Op) -> bool {
+    family(op).value_dependent_shapes
 }
 
 /// True when input `i` of `op` is a parameter (its value decides the plan).

@@ -2,11 +2,10 @@
 //! `[count, 3]` INT64 rows of (batch, class, box index).
 //!
 //! Its output shape depends on the values, so, as NonZero, it is computed while the plan is built:
-//! every input is a parameter, the graph inputs it is computed from become host inputs, and each plan
-//! is specialised for their values (constant inputs fold once at load). The executors never see it.
-//! A detector whose boxes and scores come from request data is therefore correct but builds a plan per
-//! distinct request, with the network upstream of NonMaxSuppression evaluated on the host while it
-//! does (`docs/engine.md`); suppression inside the plan is not done yet.
+//! every input is a parameter (constant inputs fold once at load; graph inputs become host inputs).
+//! In a detector, whose boxes and scores the network computes from the request, it cuts the model
+//! into stages (`crate::stages`): the network is a cached plan, and NonMaxSuppression runs on the
+//! host between it and what follows. The executors never see it.
 //!
 //! The rules are onnxruntime's: a box is a candidate when its score exceeds score_threshold (when
 //! given); candidates are visited by descending score (ties by lower index); one is kept unless its
@@ -22,6 +21,7 @@ pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("NonMaxSuppression", 10, conve
 pub(super) static FAMILY: Family = Family {
     name: "nms",
     plan_time: true,
+    value_dependent_shapes: true,
     param_input,
     resolve,
     cpu: plan_time_cpu,
@@ -155,28 +155,73 @@ fn suppress(
     // descending score, ties by lower index (a stable sort keeps the index order)
     order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
     let mut kept: Vec<usize> = Vec::new();
+    let mut kept_boxes = KeptBoxes::default();
     for i in order {
         if kept.len() >= max_kept {
             break;
         }
-        if kept.iter().all(|&k| iou(&boxes[i], &boxes[k]) <= iou_threshold) {
+        if !kept_boxes.suppress(&boxes[i], iou_threshold) {
             kept.push(i);
+            kept_boxes.push(&boxes[i]);
         }
     }
     kept
 }
 
-/// Intersection over union of two `[y1, x1, y2, x2]` boxes; 0 when either has no area.
-fn iou(a: &[f64; 4], b: &[f64; 4]) -> f64 {
-    let area = |r: &[f64; 4]| (r[2] - r[0]) * (r[3] - r[1]);
-    let (area_a, area_b) = (area(a), area(b));
-    if area_a <= 0.0 || area_b <= 0.0 {
-        return 0.0;
+/// The boxes kept so far, one array per coordinate, so that testing a candidate against all of
+/// them runs in vector lanes: a detector's NMS tests thousands of candidates against thousands of
+/// kept boxes.
+#[derive(Default)]
+struct KeptBoxes {
+    y1: Vec<f64>,
+    x1: Vec<f64>,
+    y2: Vec<f64>,
+    x2: Vec<f64>,
+    area: Vec<f64>,
+}
+
+impl KeptBoxes {
+    fn push(&mut self, b: &[f64; 4]) {
+        self.y1.push(b[0]);
+        self.x1.push(b[1]);
+        self.y2.push(b[2]);
+        self.x2.push(b[3]);
+        self.area.push(area(b));
     }
-    let h = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
-    let w = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
-    let inter = h * w;
-    inter / (area_a + area_b - inter)
+
+    /// True when a kept box overlaps `b` by more than `iou_threshold` (intersection over union, 0
+    /// when either box has no area; tested a chunk at a time without branches inside a chunk).
+    fn suppress(&self, b: &[f64; 4], iou_threshold: f64) -> bool {
+        const CHUNK: usize = 16;
+        let area_b = area(b);
+        let n = self.area.len();
+        let mut start = 0;
+        while start < n {
+            let end = (start + CHUNK).min(n);
+            let mut hit = false;
+            for j in start..end {
+                let h = (self.y2[j].min(b[2]) - self.y1[j].max(b[0])).max(0.0);
+                let w = (self.x2[j].min(b[3]) - self.x1[j].max(b[1])).max(0.0);
+                let inter = h * w;
+                let with_area = self.area[j] > 0.0 && area_b > 0.0;
+                let iou = if with_area {
+                    inter / (self.area[j] + area_b - inter)
+                } else {
+                    0.0
+                };
+                hit |= iou > iou_threshold;
+            }
+            if hit {
+                return true;
+            }
+            start = end;
+        }
+        false
+    }
+}
+
+fn area(r: &[f64; 4]) -> f64 {
+    (r[2] - r[0]) * (r[3] - r[1])
 }
 
 #[cfg(test)]
@@ -201,6 +246,11 @@ mod tests {
     fn flipped_corners_and_centre_boxes_are_the_same_box() {
         assert_eq!(corners_of(&[1.0, 1.0, 0.0, 0.0], false), [0.0, 0.0, 1.0, 1.0]);
         assert_eq!(corners_of(&[0.5, 0.5, 1.0, 1.0], true), [0.0, 0.0, 1.0, 1.0]);
-        assert_eq!(iou(&[0.0, 0.0, 0.0, 1.0], &[0.0, 0.0, 0.0, 1.0]), 0.0);
+        // a box without area overlaps nothing, not even itself
+        let mut kept = KeptBoxes::default();
+        kept.push(&[0.0, 0.0, 0.0, 1.0]);
+        assert!(!kept.suppress(&[0.0, 0.0, 0.0, 1.0], 0.0));
+        kept.push(&[0.0, 0.0, 1.0, 1.0]);
+        assert!(kept.suppress(&[0.0, 0.0, 1.0, 1.0], 0.99));
     }
 }

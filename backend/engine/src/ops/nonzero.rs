@@ -1,11 +1,10 @@
 //! NonZero: the coordinates of the non-zero elements of a tensor.
 //!
 //! Its output shape depends on the input's values, and plans fix every shape before they run. So
-//! NonZero is computed while the plan is built, as the engine does for every data-dependent shape:
-//! its input is a parameter, and the graph inputs it is computed from become *host inputs*, so each
-//! plan is specialised for their values (a constant input is folded once at load). The executors
-//! never see it. A model whose NonZero depends on request data therefore builds a plan per distinct
-//! request value; that is correct, and the cost is documented in `docs/engine.md`.
+//! NonZero is computed while the plan is built: its input is a parameter. A constant input folds
+//! once at load, and a graph input becomes a *host input* (each plan is specialised for its value).
+//! An input computed from request data cuts the model into stages (`crate::stages`): the stage
+//! before computes it, and NonZero runs on the host between the stages. The executors never see it.
 
 use super::prelude::*;
 use crate::cpu::indexed;
@@ -17,6 +16,7 @@ pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("NonZero", 9, convert, &FAMILY
 pub(super) static FAMILY: Family = Family {
     name: "nonzero",
     plan_time: true,
+    value_dependent_shapes: true,
     param_input,
     resolve,
     cpu: plan_time_cpu,

@@ -19,6 +19,7 @@ pub(super) static ONNX: &[OnnxOp] = &[
 pub(super) static FAMILY: Family = Family {
     name: "norm",
     plan_time: false,
+    value_dependent_shapes: false,
     param_input,
     resolve,
     cpu,

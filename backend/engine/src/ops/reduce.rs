@@ -36,6 +36,7 @@ pub(super) static ONNX: &[OnnxOp] = &[
 pub(super) static FAMILY: Family = Family {
     name: "reduce",
     plan_time: false,
+    value_dependent_shapes: false,
     param_input,
     resolve,
     cpu,

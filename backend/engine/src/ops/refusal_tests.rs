@@ -41,21 +41,6 @@ fn untyped(name: &str) -> ValueInfoProto {
     }
 }
 
-/// A graph output declared as int64 with no shape (as exporters write NonZero's).
-fn int64_output(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: 7,
-                shape: None,
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
-
 fn string_attr(name: &str, v: &str) -> AttributeProto {
     AttributeProto {
         name: name.into(),
@@ -158,56 +143,6 @@ fn attention_with_a_causal_external_cache_names_the_inputs() {
     let attention = node("Attention", &["x", "x", "x", "", "", "", "lens"], "y", attrs);
     let e = load_error(24, vec![attention], vec![lens]);
     assert_names(&e, &["Attention_y", "is_causal=1", "nonpad_kv_seqlen"]);
-}
-
-/// NonZero over values computed from a graph input: the input becomes a host input and each plan is
-/// built for its values (the engine's rule for data-dependent shapes), so the answer is exact.
-#[test]
-fn non_zero_over_computed_values_plans_per_input_value() {
-    use crate::{ExecutorKind, Session, SessionOptions, Tensor};
-    let m = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        graph: Some(GraphProto {
-            node: vec![
-                node("Relu", &["x"], "r", vec![]),
-                node("NonZero", &["r"], "y", vec![]),
-            ],
-            name: "g".into(),
-            input: vec![float_input("x", &[2, 2])],
-            output: vec![int64_output("y")],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let model = std::sync::Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap());
-    assert_eq!(model.host_inputs(), [0]);
-    let session = Session::new(
-        model,
-        SessionOptions {
-            executor: ExecutorKind::Cpu,
-            threads: Some(1),
-            plan_cache_size: 2,
-        },
-    )
-    .unwrap();
-    for (x, want_shape, want) in [
-        (vec![1.0f32, -1.0, 0.0, 2.0], vec![2, 2], vec![0i64, 1, 0, 1]),
-        (
-            vec![-1.0f32, 3.0, 4.0, 5.0],
-            vec![2, 3],
-            vec![0i64, 1, 1, 1, 0, 1],
-        ),
-    ] {
-        let out = session
-            .run_blocking(vec![("x".into(), Tensor::from_vec(vec![2, 2], x).unwrap())])
-            .unwrap();
-        assert_eq!(out[0].1.shape, want_shape);
-        assert_eq!(out[0].1.to_i64_vec().unwrap(), want);
-    }
 }
 
 /// The load error of a model (opset 17, com.microsoft 1) whose one node `contrib` is of the

@@ -17,6 +17,7 @@ pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("RoiAlign", 10, convert, &FAMI
 pub(super) static FAMILY: Family = Family {
     name: "roi_align",
     plan_time: false,
+    value_dependent_shapes: false,
     param_input: no_params,
     resolve,
     cpu,

@@ -14,7 +14,9 @@ fn supported_operators_table() -> String {
         .map(|o| {
             let (lo, hi) = o.opsets();
             let domain = if o.domain.is_empty() { "ai.onnx" } else { o.domain };
-            let runs = if o.family.plan_time {
+            let runs = if o.family.value_dependent_shapes {
+                "when the plan is built, or on the host between stages"
+            } else if o.family.plan_time {
                 "when the plan is built"
             } else if std::ptr::eq(o.family, &super::indexed::FAMILY)
                 && super::indexed::CPU_ONLY.contains(&o.op_type)
