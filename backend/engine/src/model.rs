@@ -89,14 +89,20 @@ impl Model {
 
     /// A model of an optimised graph: its host inputs, its stages where it has any, its signature.
     pub(crate) fn from_optimised(graph: Graph) -> Result<Model> {
-        let host_inputs = crate::specialise::host_inputs(&graph);
         let stages = Stages::plan(&graph)?.map(Arc::new);
-        let signature = match &stages {
-            Some(s) => Signature {
-                inputs: crate::specialise::input_specs(&graph)?,
-                outputs: s.output_specs.clone(),
-            },
-            None => crate::specialise::infer_signature(&graph, &host_inputs)?,
+        let (host_inputs, signature) = match &stages {
+            Some(s) => (
+                s.host_inputs(),
+                Signature {
+                    inputs: crate::specialise::input_specs(&graph)?,
+                    outputs: s.output_specs.clone(),
+                },
+            ),
+            None => {
+                let host_inputs = crate::specialise::host_inputs(&graph);
+                let signature = crate::specialise::infer_signature(&graph, &host_inputs)?;
+                (host_inputs, signature)
+            }
         };
         Ok(Model {
             graph,
@@ -104,6 +110,13 @@ impl Model {
             host_inputs,
             stages,
         })
+    }
+
+    /// For a model that runs in stages (its shapes depend on values it computes, as a detector's
+    /// NonMaxSuppression; see `docs/engine.md`), the stage before the first cut: for a detector, its
+    /// network. `None` for most models. A [`Session`](crate::Session) runs every stage.
+    pub fn first_stage(&self) -> Option<&Arc<Model>> {
+        self.stages.as_ref().and_then(|s| s.first.as_ref())
     }
 
     /// Inputs and outputs.

@@ -281,6 +281,21 @@ impl Stages {
         }))
     }
 
+    /// The model's inputs whose values some part is specialised for: the first stage's host
+    /// inputs, and the model inputs that the host part or the rest read as parameters.
+    pub(crate) fn host_inputs(&self) -> Vec<usize> {
+        let mut read_as_values: HashSet<ValueId> = self.between.inputs.iter().copied().collect();
+        if let Some(rest) = &self.rest {
+            read_as_values.extend(rest.host_inputs().iter().map(|&i| rest.graph().inputs[i]));
+        }
+        (0..self.inputs.len())
+            .filter(|&i| {
+                self.first.as_ref().is_some_and(|f| f.host_inputs().contains(&i))
+                    || read_as_values.contains(&self.inputs[i])
+            })
+            .collect()
+    }
+
     /// The values of one run, starting from the model's inputs (in signature order).
     pub(crate) fn start(&self, inputs: Vec<Tensor>) -> Values {
         Values(self.inputs.iter().copied().zip(inputs).collect())

@@ -208,6 +208,13 @@ impl CpuExecutor {
     /// A CPU executor for `model` on `threads` workers (`None` = all cores), keeping `plan_cache_size`
     /// specialised plans.
     pub fn new(model: Arc<Model>, threads: Option<usize>, plan_cache_size: usize) -> Result<CpuExecutor> {
+        if model.stages.is_some() {
+            return Err(EngineError::invalid(
+                "this model runs in stages (values it computes decide shapes: NonZero, NonMaxSuppression or \
+                 an If on computed values); run it through a Session, or give the executor \
+                 Model::first_stage()",
+            ));
+        }
         let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("infergate-cpu-{i}"));
         if let Some(n) = threads {
             b = b.num_threads(n.max(1));
