@@ -26,6 +26,7 @@ pub(crate) mod rnn;
 pub(crate) mod roi_align;
 mod simd;
 mod split;
+pub(crate) mod suppress;
 #[cfg(test)]
 mod test_data;
 pub(crate) mod weights;

@@ -13,6 +13,7 @@
 //! max_output_boxes_per_class are kept per (batch, class), none when it is 0 or absent.
 
 use super::prelude::*;
+use crate::cpu::suppress::suppress;
 
 /// The ONNX operators this module converts.
 pub(super) static ONNX: &[OnnxOp] = &[OnnxOp::new("NonMaxSuppression", 10, convert, &FAMILY)];
@@ -141,116 +142,13 @@ fn corners_of(b: &[f64], center_point_box: bool) -> [f64; 4] {
     }
 }
 
-/// The kept box indices of one (batch, class), in the order they were kept.
-fn suppress(
-    boxes: &[[f64; 4]],
-    scores: &[f64],
-    max_kept: usize,
-    iou_threshold: f64,
-    score_threshold: Option<f64>,
-) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..scores.len())
-        .filter(|&i| score_threshold.is_none_or(|t| scores[i] > t))
-        .collect();
-    // descending score, ties by lower index (a stable sort keeps the index order)
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
-    let mut kept: Vec<usize> = Vec::new();
-    let mut kept_boxes = KeptBoxes::default();
-    for i in order {
-        if kept.len() >= max_kept {
-            break;
-        }
-        if !kept_boxes.suppress(&boxes[i], iou_threshold) {
-            kept.push(i);
-            kept_boxes.push(&boxes[i]);
-        }
-    }
-    kept
-}
-
-/// The boxes kept so far, one array per coordinate, so that testing a candidate against all of
-/// them runs in vector lanes: a detector's NMS tests thousands of candidates against thousands of
-/// kept boxes.
-#[derive(Default)]
-struct KeptBoxes {
-    y1: Vec<f64>,
-    x1: Vec<f64>,
-    y2: Vec<f64>,
-    x2: Vec<f64>,
-    area: Vec<f64>,
-}
-
-impl KeptBoxes {
-    fn push(&mut self, b: &[f64; 4]) {
-        self.y1.push(b[0]);
-        self.x1.push(b[1]);
-        self.y2.push(b[2]);
-        self.x2.push(b[3]);
-        self.area.push(area(b));
-    }
-
-    /// True when a kept box overlaps `b` by more than `iou_threshold` (intersection over union, 0
-    /// when either box has no area; tested a chunk at a time without branches inside a chunk).
-    fn suppress(&self, b: &[f64; 4], iou_threshold: f64) -> bool {
-        const CHUNK: usize = 16;
-        let area_b = area(b);
-        let n = self.area.len();
-        let mut start = 0;
-        while start < n {
-            let end = (start + CHUNK).min(n);
-            let mut hit = false;
-            for j in start..end {
-                let h = (self.y2[j].min(b[2]) - self.y1[j].max(b[0])).max(0.0);
-                let w = (self.x2[j].min(b[3]) - self.x1[j].max(b[1])).max(0.0);
-                let inter = h * w;
-                let with_area = self.area[j] > 0.0 && area_b > 0.0;
-                let iou = if with_area {
-                    inter / (self.area[j] + area_b - inter)
-                } else {
-                    0.0
-                };
-                hit |= iou > iou_threshold;
-            }
-            if hit {
-                return true;
-            }
-            start = end;
-        }
-        false
-    }
-}
-
-fn area(r: &[f64; 4]) -> f64 {
-    (r[2] - r[0]) * (r[3] - r[1])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Two heavily overlapping boxes and a distant one: the weaker overlapping box is suppressed,
-    /// the threshold drops low scores, and the count limit applies per class.
-    #[test]
-    fn suppression_keeps_the_strongest_of_overlapping_boxes() {
-        let boxes = [[0.0, 0.0, 1.0, 1.0], [0.0, 0.1, 1.0, 1.1], [0.0, 10.0, 1.0, 11.0]];
-        let scores = [0.9, 0.95, 0.3];
-        assert_eq!(suppress(&boxes, &scores, 10, 0.5, None), vec![1, 2]);
-        assert_eq!(suppress(&boxes, &scores, 10, 0.5, Some(0.4)), vec![1]);
-        assert_eq!(suppress(&boxes, &scores, 1, 0.5, None), vec![1]);
-        assert_eq!(suppress(&boxes, &scores, 0, 0.5, None), Vec::<usize>::new());
-        // with a threshold above their IoU (about 0.82) both overlapping boxes stay
-        assert_eq!(suppress(&boxes, &scores, 10, 0.9, None), vec![1, 0, 2]);
-    }
 
     #[test]
     fn flipped_corners_and_centre_boxes_are_the_same_box() {
         assert_eq!(corners_of(&[1.0, 1.0, 0.0, 0.0], false), [0.0, 0.0, 1.0, 1.0]);
         assert_eq!(corners_of(&[0.5, 0.5, 1.0, 1.0], true), [0.0, 0.0, 1.0, 1.0]);
-        // a box without area overlaps nothing, not even itself
-        let mut kept = KeptBoxes::default();
-        kept.push(&[0.0, 0.0, 0.0, 1.0]);
-        assert!(!kept.suppress(&[0.0, 0.0, 0.0, 1.0], 0.0));
-        kept.push(&[0.0, 0.0, 1.0, 1.0]);
-        assert!(kept.suppress(&[0.0, 0.0, 1.0, 1.0], 0.99));
     }
 }
