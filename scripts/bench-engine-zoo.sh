@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU executor against onnxruntime (in-process, CPU provider, intra-op threads = cores) on the engine's
-# zoo of real exported models (backend/engine/zoo/, made by scripts/ensure-zoo.sh), at batch 1 and 8.
+# zoo of real exported models (backend/engine/zoo/, made by scripts/ensure-zoo.sh), at batch 1 and 8 (the
+# detector, which takes one image, at batch 1, with a different image on each run).
 # The two sides alternate model by model, for INFERGATE_BENCH_ROUNDS rounds; each figure is its best round
 # (other load on a shared machine only ever adds time).
 #   bench-engine-zoo.sh [RELEASE_BIN_DIR]   (the argument is accepted for scripts/bench.sh; unused)
@@ -17,7 +18,7 @@ export INFERGATE_BENCH_BATCHES="${INFERGATE_BENCH_BATCHES:-1,8}"
 export INFERGATE_BENCH_SECONDS="${INFERGATE_BENCH_SECONDS:-2}"
 rounds="${INFERGATE_BENCH_ROUNDS:-2}"
 threads="$(nproc)"
-models="${INFERGATE_BENCH_ONLY:-$("$py" -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]))))' "$zoo/manifest.json")}"
+models="${INFERGATE_BENCH_ONLY:-$("$py" -c 'import json,sys; print(",".join(m for p in sys.argv[1:] for m in json.load(open(p))))' "$zoo/manifest.json" "$zoo/detector.json")}"
 out="$(mktemp -d)"
 echo "==> machine: $threads cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "==> onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)'), $threads intra-op threads; zoo $zoo"

@@ -1,17 +1,19 @@
 //! CPU executor benchmark: single-op GFLOP/s and model latency/throughput per batch size, on the
 //! model files written by `models/export_models.py --manifest` (the same files onnxruntime runs in
-//! `scripts/bench-engine.sh`).
+//! `scripts/bench-engine.sh`), or on the zoo (`manifest.json`, and `detector.json` where present).
+//! A model without a batch dim runs at batch 1 only; one with `bench_inputs` (the detector, whose
+//! post-processing depends on the values) runs those files in turn, the images onnxruntime gets too.
 //!
 //! `INFERGATE_BENCH_MODELS=DIR cargo bench -p infergate-engine --bench engine_cpu`
 //! (optional: `INFERGATE_BENCH_BATCHES=1,8,32`, `INFERGATE_BENCH_SECONDS=2`, `INFERGATE_BENCH_ONLY=a,b`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use infergate_engine::{ExecutorKind, Model, Session, SessionOptions, Tensor};
+use infergate_engine::{DataType, ExecutorKind, Model, Session, SessionOptions, Tensor};
 
 /// Runs before timing: a batch that can run split settles on whole or split over its first four
 /// (the CPU executor times both ways on real runs), then one more.
@@ -60,14 +62,39 @@ fn inputs_for(spec: &serde_json::Value, batch: usize, seed: u64) -> Vec<(String,
         .collect()
 }
 
-fn measure(session: &Session, inputs: &[(String, Tensor)], seconds: f64) -> Duration {
-    for _ in 0..WARMUP_RUNS {
-        session.run_blocking(inputs.to_vec()).unwrap();
+/// The input sets of one measurement: generated, or for a model with `bench_inputs` (raw float32
+/// files of its one input, relative to the zoo) one set per file.
+fn input_sets(dir: &Path, spec: &serde_json::Value, batch: usize, seed: u64) -> Vec<Vec<(String, Tensor)>> {
+    let Some(files) = spec["bench_inputs"].as_array() else {
+        return vec![inputs_for(spec, batch, seed)];
+    };
+    let input = &spec["inputs"][0];
+    let shape: Vec<usize> = input["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    files
+        .iter()
+        .map(|f| {
+            let bytes = std::fs::read(dir.join(f.as_str().unwrap())).unwrap();
+            let t = Tensor::new(DataType::F32, shape.clone(), bytes.into()).unwrap();
+            vec![(input["name"].as_str().unwrap().to_string(), t)]
+        })
+        .collect()
+}
+
+fn measure(session: &Session, sets: &[Vec<(String, Tensor)>], seconds: f64) -> Duration {
+    for k in 0..WARMUP_RUNS {
+        session.run_blocking(sets[k % sets.len()].clone()).unwrap();
     }
     let start = Instant::now();
     let mut n = 0u32;
     loop {
-        session.run_blocking(inputs.to_vec()).unwrap();
+        session
+            .run_blocking(sets[n as usize % sets.len()].clone())
+            .unwrap();
         n += 1;
         if start.elapsed().as_secs_f64() >= seconds && n >= 5 {
             return start.elapsed() / n;
@@ -96,8 +123,14 @@ fn main() {
     let only: Vec<String> = std::env::var("INFERGATE_BENCH_ONLY")
         .map(|s| s.split(',').map(String::from).collect())
         .unwrap_or_default();
-    let manifest: serde_json::Value =
+    let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json")).unwrap();
+    if let Ok(extra) = std::fs::read(dir.join("detector.json")) {
+        let extra: serde_json::Value = serde_json::from_slice(&extra).expect("detector.json");
+        for (name, spec) in extra.as_object().unwrap() {
+            manifest[name] = spec.clone();
+        }
+    }
     for (name, spec) in manifest.as_object().unwrap() {
         if !only.is_empty() && !only.contains(name) {
             continue;
@@ -112,7 +145,7 @@ fn main() {
         )
         .unwrap();
         if let Some(flops) = spec["flops"].as_f64() {
-            let lat = measure(&session, &inputs_for(spec, 1, 1), seconds).as_secs_f64();
+            let lat = measure(&session, &input_sets(&dir, spec, 1, 1), seconds).as_secs_f64();
             println!(
                 "cpu  {name}  batch 1  latency_ms {:.3}  throughput {:.1}  gflops {:.2}",
                 lat * 1e3,
@@ -121,8 +154,15 @@ fn main() {
             );
             continue;
         }
-        for &b in &batches {
-            let lat = measure(&session, &inputs_for(spec, b, b as u64), seconds).as_secs_f64();
+        let batched = spec["inputs"].as_array().unwrap().iter().any(|i| {
+            i["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d.as_i64() == Some(-1))
+        });
+        for &b in batches.iter().filter(|&&b| batched || b == 1) {
+            let lat = measure(&session, &input_sets(&dir, spec, b, b as u64), seconds).as_secs_f64();
             println!(
                 "cpu  {name}  batch {b}  latency_ms {:.3}  throughput {:.1}",
                 lat * 1e3,

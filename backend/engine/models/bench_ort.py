@@ -25,12 +25,22 @@ def feeds_for(spec, batch, rng):
     return feeds
 
 
-def measure(sess, feeds, seconds):
-    for _ in range(3):
-        sess.run(None, feeds)
+def feed_sets(zoo, spec, batch, rng):
+    """One generated input set, or for a model with `bench_inputs` (raw float32 files of its one input) one set
+    per file: the images the Rust bench runs too."""
+    if "bench_inputs" not in spec:
+        return [feeds_for(spec, batch, rng)]
+    i = spec["inputs"][0]
+    return [{i["name"]: np.fromfile(os.path.join(zoo, f), dtype="<f4").reshape(i["shape"])}
+            for f in spec["bench_inputs"]]
+
+
+def measure(sess, sets, seconds):
+    for k in range(3):
+        sess.run(None, sets[k % len(sets)])
     n, t0 = 0, time.perf_counter()
     while True:
-        sess.run(None, feeds)
+        sess.run(None, sets[n % len(sets)])
         n += 1
         el = time.perf_counter() - t0
         if el >= seconds and n >= 5:
@@ -46,6 +56,9 @@ def main():
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     manifest = json.load(open(os.path.join(a.dir, "manifest.json")))
+    detector = os.path.join(a.dir, "detector.json")
+    if os.path.exists(detector):
+        manifest.update(json.load(open(detector)))
     rng = np.random.default_rng(0)
     for name, spec in manifest.items():
         if a.only and name not in a.only.split(","):
@@ -55,11 +68,12 @@ def main():
             opts.intra_op_num_threads = a.threads
         sess = ort.InferenceSession(os.path.join(a.dir, f"{name}.onnx"), opts, providers=["CPUExecutionProvider"])
         if "flops" in spec:
-            lat = measure(sess, feeds_for(spec, 1, rng), a.seconds)
+            lat = measure(sess, feed_sets(a.dir, spec, 1, rng), a.seconds)
             print(f"ort  {name}  batch 1  latency_ms {lat * 1e3:.3f}  throughput {1 / lat:.1f}  gflops {spec['flops'] / lat / 1e9:.2f}", flush=True)
             continue
-        for b in [int(x) for x in a.batches.split(",")]:
-            lat = measure(sess, feeds_for(spec, b, rng), a.seconds)
+        batched = any(-1 in i["shape"] for i in spec["inputs"])
+        for b in [int(x) for x in a.batches.split(",") if batched or int(x) == 1]:
+            lat = measure(sess, feed_sets(a.dir, spec, b, rng), a.seconds)
             print(f"ort  {name}  batch {b}  latency_ms {lat * 1e3:.3f}  throughput {b / lat:.1f}", flush=True)
 
 

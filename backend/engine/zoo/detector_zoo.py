@@ -6,19 +6,22 @@ input, and its manifest entry.
 Runs in the project venv (onnxruntime), after export_detector.py wrote ZOO_DIR/tv_ssdlite320_nms.onnx.
 Writes into ZOO_DIR:
 - detector.json: its source, exporter, inputs, test inputs and operators (the manifest.json format);
-- ref/tv_ssdlite320_nms/b1/: onnxruntime's outputs (boxes, scores, labels) for one image.
+- ref/tv_ssdlite320_nms/b1/: onnxruntime's outputs (boxes, scores, labels) for one image;
+- bench/tv_ssdlite320_nms/image_<k>.f32: the benchmark's images (`bench_inputs` in detector.json).
 """
 import argparse
 import json
 import os
 import sys
 
+import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quantize_zoo import write_refs  # noqa: E402
 
 NAME = "tv_ssdlite320_nms"
+BENCH_IMAGES = 8
 
 
 def operators(graph):
@@ -40,6 +43,16 @@ def main():
     image = {"name": "image", "dtype": "FP32", "shape": [3, 320, 320]}
     spec["inputs"] = [image]
     spec["test_inputs"] = [image]
+    # Its post-processing depends on the values (how many boxes pass the score filter): benchmarks feed
+    # both sides the same images, a different one on each run, as raw little-endian float32 files.
+    bench = os.path.join("bench", NAME)
+    os.makedirs(os.path.join(a.dir, bench), exist_ok=True)
+    rng = np.random.default_rng(2000)
+    spec["bench_inputs"] = []
+    for k in range(BENCH_IMAGES):
+        path = os.path.join(bench, f"image_{k}.f32")
+        rng.standard_normal(image["shape"]).astype("<f4").tofile(os.path.join(a.dir, path))
+        spec["bench_inputs"].append(path)
     write_refs(a.dir, NAME, spec, batches=(1,))
     graph = onnx.load(os.path.join(a.dir, f"{NAME}.onnx"), load_external_data=False).graph
     spec["operators"] = sorted(set(operators(graph)))
