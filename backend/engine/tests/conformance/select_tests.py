@@ -16,7 +16,7 @@ MatMul Gemm Conv ConvTranspose BatchNormalization InstanceNormalization LayerNor
 MaxPool AveragePool GlobalAveragePool GlobalMaxPool
 ReduceMean ReduceSum ReduceMax ReduceMin ReduceL2 ArgMax ArgMin Softmax LogSoftmax TopK
 Reshape Flatten Transpose Concat Split Slice Gather GatherElements Squeeze Unsqueeze Expand Tile Pad Shape
-Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GRU If
+Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GRU If Loop Scan
 Sign Mish CastLike SpaceToDepth Mod
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 CumSum Trilu OneHot GatherND ScatterND NonZero LRN Upsample GroupNormalization Einsum RMSNormalization
