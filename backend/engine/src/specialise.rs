@@ -14,6 +14,8 @@ use crate::ops::{InVal, Resolved, eval_host, is_param_input, resolve};
 use crate::tensor::{DataType, Tensor, checked_elements};
 
 mod unroll;
+#[cfg(test)]
+mod unroll_tests;
 
 /// Indices of graph inputs whose values feed parameter inputs (shapes, axes, …), directly or
 /// through host-computable nodes. The nodes that cut the graph into stages ([`crate::stages`]) are

@@ -108,7 +108,7 @@ impl Spec<'_> {
                     "the Loop body's condition output '{}' depends on request data; a Loop is unrolled \
                      when the plan is built, so whether it goes on must be known then (every shape is \
                      fixed before a plan runs)",
-                    self.name(c_out)
+                    self.name(body.outputs[0])
                 ))
             })?;
             cond = t.to_f64_vec()?.first().is_some_and(|&c| c != 0.0);
@@ -438,18 +438,14 @@ impl Spec<'_> {
     }
 }
 
-/// For [`super::host_inputs`]: links a Loop's or Scan's values with its body's, so that what decides
-/// the plan inside the body (a Loop's condition, parameter inputs of body nodes) makes the values that
-/// feed it needed on the host, across iterations.
+/// For [`super::host_inputs`]: links a Loop's or Scan's values with its body's, so that parameter
+/// inputs of body nodes (a Reshape's shape) make the values that feed them needed on the host, across
+/// iterations. A Loop body's condition output is not a parameter: a condition computed from request
+/// data would make the whole loop run on the host for each distinct request, so it is refused when
+/// the plan is built instead.
 pub(super) fn body_needs(n: &Node, needed: &mut HashSet<ValueId>) {
-    // (node input, body input, body output, node output) of each value that crosses iterations
     let (body, lead, n_states, scan_ins) = match &n.op {
-        Op::Loop { body } => {
-            if let Some(&c) = body.outputs.first() {
-                needed.insert(c);
-            }
-            (body, 2, n.inputs.len().saturating_sub(2), 0)
-        }
+        Op::Loop { body } => (body, 2, n.inputs.len().saturating_sub(2), 0),
         Op::Scan {
             body,
             num_scan_inputs,
