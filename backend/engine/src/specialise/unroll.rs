@@ -49,7 +49,7 @@ impl Spec<'_> {
                 if *batched {
                     self.unroll_batched_scan(n, body, *num_scan_inputs, &axes, inputs)
                 } else {
-                    let n_states = inputs.len() - num_scan_inputs;
+                    let n_states = states_before(inputs.len(), *num_scan_inputs, body)?;
                     let (states, xs) = inputs.split_at(n_states);
                     let (states, xs) = (required(states, "state")?, required(xs, "scan")?);
                     let (finals, scans) = self.scan(&n.name, body, &axes, &states, &xs)?;
@@ -83,8 +83,15 @@ impl Spec<'_> {
                 "Loop has neither a trip count nor a condition, so it never ends",
             ));
         }
-        let mut carried = required(&inputs[2..], "loop-carried")?;
+        let mut carried = required(inputs.get(2..).unwrap_or_default(), "loop-carried")?;
         let n_carried = carried.len();
+        if body.inputs.len() != 2 + n_carried || body.outputs.len() < 1 + n_carried {
+            return Err(EngineError::invalid(format!(
+                "Loop has {n_carried} loop-carried values, its body {} inputs and {} outputs",
+                body.inputs.len(),
+                body.outputs.len()
+            )));
+        }
         let n_scan = body.outputs.len() - 1 - n_carried;
         let trip = trip.map_or(f64::INFINITY, |m| m.max(0.0));
         let mut cond = cond0.is_none_or(|c| c != 0.0);
@@ -118,17 +125,51 @@ impl Spec<'_> {
             }
             i += 1;
         }
+        let empty = if i == 0 && n_scan > 0 {
+            self.empty_scan_outputs(n, body, &carried)?
+        } else {
+            Vec::new()
+        };
         let mut outs = carried;
-        for (k, parts) in scans.iter().enumerate() {
-            if parts.is_empty() {
-                return Err(EngineError::unsupported(format!(
-                    "Loop ran no iterations, so the shape of its scan output {k} is unknown (a zero-iteration \
-                     Loop with scan outputs is not supported)"
-                )));
-            }
+        outs.extend(empty);
+        for (k, parts) in scans.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
             outs.push(self.stack(&format!("{}#scan{k}", n.name), parts, 0)?);
         }
         self.bind_outputs(n, outs)
+    }
+
+    /// The scan outputs of a Loop that ran no iterations: empty along the new axis 0, each slice shaped
+    /// as the body would make it, which one iteration run and then discarded tells.
+    fn empty_scan_outputs(&mut self, n: &Node, body: &Branch, carried: &[ValueId]) -> Result<Vec<ValueId>> {
+        let mark = self.nodes.len();
+        let it = self.host_value(&format!("{}#dry", n.name), Tensor::from_vec(vec![], vec![0i64])?);
+        let c = self.host_value(
+            &format!("{}#dry_cond", n.name),
+            Tensor::from_bools(vec![], &[true])?,
+        );
+        let args: Vec<ValueId> = [it, c].into_iter().chain(carried.iter().copied()).collect();
+        let outs = self
+            .run_body(body, &args, &format!("{}#dry", n.name))
+            .map_err(|e| {
+                e.context(
+                    "the Loop runs no iterations and its scan outputs' shapes come from the body, which fails \
+                     on the initial values",
+                )
+            })?;
+        // the trial iteration's nodes are not part of the plan
+        self.nodes.truncate(mark);
+        let mut empty = Vec::new();
+        for (k, &v) in outs[1 + carried.len()..].iter().enumerate() {
+            let (dtype, mut shape) = self
+                .info
+                .get(&v)
+                .cloned()
+                .ok_or_else(|| EngineError::internal(format!("scan output {k} was not computed")))?;
+            shape.insert(0, 0);
+            let t = Tensor::new(dtype, shape, bytes::Bytes::new())?;
+            empty.push(self.host_value(&format!("{}#scan{k}", n.name), t));
+        }
+        Ok(empty)
     }
 
     /// Opset 8's Scan: every input and output has a batch axis 0, and the body runs per batch entry.
@@ -143,7 +184,7 @@ impl Spec<'_> {
         let rest = inputs
             .get(1..)
             .ok_or_else(|| EngineError::invalid("Scan (opset 8) without inputs"))?;
-        let n_states = rest.len() - num_scan_inputs;
+        let n_states = states_before(rest.len(), num_scan_inputs, body)?;
         let (states, xs) = rest.split_at(n_states);
         let (states, xs) = (required(states, "state")?, required(xs, "scan")?);
         let x0 = xs[0];
@@ -496,6 +537,20 @@ fn required(inputs: &[Option<ValueId>], what: &str) -> Result<Vec<ValueId>> {
         .enumerate()
         .map(|(i, v)| v.ok_or_else(|| EngineError::invalid(format!("{what} input {i} is missing"))))
         .collect()
+}
+
+/// How many of a Scan's `n_inputs` (after opset 8's `sequence_lens`) are states, checked against its body.
+fn states_before(n_inputs: usize, num_scan_inputs: usize, body: &Branch) -> Result<usize> {
+    n_inputs
+        .checked_sub(num_scan_inputs)
+        .filter(|&n| body.inputs.len() == n + num_scan_inputs && body.outputs.len() >= n)
+        .ok_or_else(|| {
+            EngineError::invalid(format!(
+                "Scan has {n_inputs} inputs with {num_scan_inputs} scan inputs, its body {} inputs and {} outputs",
+                body.inputs.len(),
+                body.outputs.len()
+            ))
+        })
 }
 
 /// `axis` (negative counts from the end) as an index below `rank`.

@@ -183,9 +183,9 @@ fn counting_loop(m: i64, cond_nodes: Vec<NodeProto>) -> Vec<u8> {
     model_bytes(13, g)
 }
 
-#[test]
-fn an_if_in_a_loop_body_takes_its_branch_per_iteration() {
-    // y doubles from iteration 2 on: 1 → 2 → 3 → 6 → 12, each iteration's y scanned out
+/// A Loop of `m` iterations over `x` [1] whose body adds one before iteration 2 and doubles from then on
+/// (an If on the iteration number), scanning out each iteration's value.
+fn stepping_loop(m: i64) -> Vec<u8> {
     let then_g = graph(
         vec![node("Add", "inc", &["y_in", "one"], &["t"], vec![])],
         vec![],
@@ -233,17 +233,32 @@ fn an_if_in_a_loop_body_takes_its_branch_per_iteration() {
         vec![float("x", &[1])],
         &["y", "ys"],
         vec![
-            i64_init("m", 4),
+            i64_init("m", m),
             i64_init("two_i", 2),
             init("one", &[1], &[1.0]),
             init("two", &[1], &[2.0]),
         ],
     );
+    model_bytes(13, g)
+}
+
+#[test]
+fn an_if_in_a_loop_body_takes_its_branch_per_iteration() {
+    // y: 1 → 2 → 3 → 6 → 12, each iteration's y scanned out
     let x = Tensor::from_vec(vec![1], vec![1.0f32]).unwrap();
-    for outs in run(&model_bytes(13, g), x) {
+    for outs in run(&stepping_loop(4), x) {
         assert_eq!(outs[0].to_vec::<f32>().unwrap(), [12.0]);
         assert_eq!(outs[1].shape, [4, 1]);
         assert_eq!(outs[1].to_vec::<f32>().unwrap(), [2.0, 3.0, 6.0, 12.0]);
+    }
+}
+
+#[test]
+fn a_loop_of_no_iterations_passes_its_values_through_with_empty_scan_outputs() {
+    let x = Tensor::from_vec(vec![1], vec![5.0f32]).unwrap();
+    for outs in run(&stepping_loop(0), x) {
+        assert_eq!(outs[0].to_vec::<f32>().unwrap(), [5.0]);
+        assert_eq!(outs[1].shape, [0, 1]);
     }
 }
 

@@ -1,5 +1,6 @@
 """Regenerate selected.txt: the onnx 1.22.0 node tests whose models use only the operators of
-issue 3 and those added since (issue 23) (every node, including If branches, in the default domain).
+issue 3 and those added since (issue 23) (every node, including If branches and Loop/Scan bodies, in the
+default domain).
 
 Run with the project venv: $INFERGATE_PYTHON backend/engine/tests/conformance/select_tests.py
 """
