@@ -70,8 +70,8 @@ fn cuts(graph: &Graph) -> HashMap<usize, Cut> {
 }
 
 /// The values known only when a request runs: the graph inputs and what is computed from them,
-/// except through Shape and Size (which read shapes only). Conservative for If: its outputs are
-/// run-time values when anything it or its branches read is.
+/// except through Shape and Size (which read shapes only). Conservative for If, Loop and Scan: their
+/// outputs are run-time values when anything they or their subgraphs read is.
 fn run_time_values(graph: &Graph) -> HashSet<ValueId> {
     let mut run_time: HashSet<ValueId> = graph.inputs.iter().copied().collect();
     for n in &graph.nodes {
@@ -85,18 +85,13 @@ fn run_time_values(graph: &Graph) -> HashSet<ValueId> {
     run_time
 }
 
-/// Every value a node reads: its inputs, and for an If what its branches' nodes read and yield.
+/// Every value a node reads: its inputs, and for an If, Loop or Scan what its subgraphs' nodes read
+/// and yield.
 fn reads(n: &Node) -> Vec<ValueId> {
     let mut out: Vec<ValueId> = n.inputs.iter().flatten().copied().collect();
-    if let Op::If {
-        then_branch,
-        else_branch,
-    } = &n.op
-    {
-        for b in [then_branch, else_branch] {
-            out.extend(b.nodes.iter().flat_map(reads));
-            out.extend(b.outputs.iter().copied());
-        }
+    for b in n.op.subgraphs() {
+        out.extend(b.nodes.iter().flat_map(reads));
+        out.extend(b.outputs.iter().copied());
     }
     out
 }
