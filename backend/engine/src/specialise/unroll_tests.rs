@@ -332,3 +332,53 @@ fn a_loop_past_the_unroll_limit_is_refused_naming_the_limit() {
         assert!(e.to_string().contains(part), "'{part}' missing from: {e}");
     }
 }
+
+#[test]
+fn a_loop_whose_trip_count_is_computed_from_request_data_runs_in_stages() {
+    // M = int(floor(x)): the stage before the Loop computes it, the rest unrolls M iterations
+    let body = graph(
+        vec![
+            node("Identity", "keep", &["c"], &["cond_out"], vec![]),
+            node("Add", "add", &["y_in", "one"], &["y_out"], vec![]),
+        ],
+        vec![
+            value("i", 7, Some(&[])),
+            value("c", 9, Some(&[])),
+            float("y_in", &[1]),
+        ],
+        &["cond_out", "y_out"],
+        vec![],
+    );
+    let g = graph(
+        vec![
+            node("Floor", "floor", &["x"], &["f"], vec![]),
+            node("ReduceMax", "max", &["f"], &["fm"], vec![int_attr("keepdims", 0)]),
+            node("Cast", "trips", &["fm"], &["m"], vec![int_attr("to", 7)]),
+            node(
+                "Loop",
+                "count",
+                &["m", "", "zero"],
+                &["y"],
+                vec![graph_attr("body", body)],
+            ),
+        ],
+        vec![float("x", &[1])],
+        &["y"],
+        vec![init("zero", &[1], &[0.0]), init("one", &[1], &[1.0])],
+    );
+    // the stage after the cut is specialised per trip count, so its output's type is declared
+    let g = GraphProto {
+        output: vec![float("y", &[1])],
+        ..g
+    };
+    let bytes = model_bytes(13, g);
+    // x is no host input: the network before the cut is one cached plan, not evaluated per request
+    let model = Model::from_bytes(&bytes, None).unwrap();
+    assert!(model.host_inputs().is_empty(), "{:?}", model.host_inputs());
+    for (x, want) in [(3.5f32, 3.0f32), (7.0, 7.0)] {
+        let x = Tensor::from_vec(vec![1], vec![x]).unwrap();
+        for outs in run(&bytes, x) {
+            assert_eq!(outs[0].to_vec::<f32>().unwrap(), [want]);
+        }
+    }
+}
