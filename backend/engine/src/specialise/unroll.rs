@@ -273,11 +273,12 @@ impl Spec<'_> {
                 "Scan over an empty sequence (the body's output shapes are unknown)",
             ));
         }
+        // the length is known: refuse before unrolling anything
+        self.check_budget(len - 1, body)?;
         let n_states = states.len();
         let mut states = states.to_vec();
         let mut scans: Vec<Vec<ValueId>> = vec![Vec::new(); body.outputs.len() - n_states];
         for t in 0..len {
-            self.check_budget(t, body)?;
             let tag = format!("{name}#{t}");
             let mut args = states.clone();
             for ((&x, &a), &rev) in xs.iter().zip(&in_axes).zip(axes.input_reverse) {
