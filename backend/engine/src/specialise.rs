@@ -13,6 +13,10 @@ use crate::model::{Dim, PlanInput, Signature, TensorSpec};
 use crate::ops::{InVal, Resolved, eval_host, is_param_input, resolve};
 use crate::tensor::{DataType, Tensor, checked_elements};
 
+mod unroll;
+#[cfg(test)]
+mod unroll_tests;
+
 /// Indices of graph inputs whose values feed parameter inputs (shapes, axes, …), directly or
 /// through host-computable nodes. The nodes that cut the graph into stages ([`crate::stages`]) are
 /// passed over: their parameters are computed by an earlier stage, not given by the request.
@@ -24,14 +28,11 @@ pub fn host_inputs(graph: &Graph) -> Vec<usize> {
             if skip.contains(&k) {
                 continue;
             }
-            if let Op::If {
-                then_branch,
-                else_branch,
-            } = &n.op
-            {
-                walk(&then_branch.nodes, &HashSet::new(), needed);
-                walk(&else_branch.nodes, &HashSet::new(), needed);
+            unroll::body_needs(n, needed);
+            for b in n.op.subgraphs() {
+                walk(&b.nodes, &HashSet::new(), needed);
             }
+            unroll::body_needs(n, needed);
             for (i, v) in n.inputs.iter().enumerate() {
                 if let Some(v) = v
                     && is_param_input(&n.op, i)
@@ -49,7 +50,7 @@ pub fn host_inputs(graph: &Graph) -> Vec<usize> {
             }
         }
     }
-    // iterate to a fixpoint because of branches
+    // iterate to a fixpoint because of subgraphs (a loop's body feeds its next iteration)
     loop {
         let before = needed.len();
         walk(&graph.nodes, &cuts, &mut needed);
@@ -271,6 +272,9 @@ impl Spec<'_> {
                 }
             }
             return Ok(());
+        }
+        if matches!(n.op, Op::Loop { .. } | Op::Scan { .. }) {
+            return self.unroll(n, &inputs);
         }
         let mut inputs = inputs;
         self.promote_constants(n, &mut inputs)?;

@@ -1,7 +1,8 @@
 //! Staged models: models whose shapes depend on values they compute.
 //!
 //! Plans fix every shape before they run. NonZero and NonMaxSuppression produce a shape decided by
-//! their inputs' values, and an If picks its branch by its condition's value. When those values are
+//! their inputs' values, an If picks its branch by its condition's value, and a Loop unrolls as far
+//! as its trip count and initial condition say. When those values are
 //! computed from request data (a detector's boxes and scores, a condition on the input's contents),
 //! no single plan can be built ahead, and specialising for the request's values would fold the
 //! whole network on the host for every request. Such a model is cut into stages instead:
@@ -30,13 +31,14 @@ use crate::tensor::Tensor;
 enum Cut {
     /// NonZero, NonMaxSuppression: runs on the host between the stages.
     OnHost,
-    /// If: the stage before computes its condition; the rest is specialised for its value.
+    /// If, and Loop: the stage before computes the condition (a Loop's trip count and initial
+    /// condition); the rest is specialised for its value (the branch inlined, the loop unrolled).
     Condition,
 }
 
 /// True when `op` cuts a graph into stages wherever its parameters are computed from request data.
 pub(crate) fn may_cut(op: &Op) -> bool {
-    matches!(op, Op::If { .. }) || has_value_dependent_shapes(op)
+    matches!(op, Op::If { .. } | Op::Loop { .. }) || has_value_dependent_shapes(op)
 }
 
 /// Indices of the top-level nodes that cut `graph` into stages.
@@ -53,7 +55,7 @@ fn cuts(graph: &Graph) -> HashMap<usize, Cut> {
     let mut out = HashMap::new();
     for (k, n) in graph.nodes.iter().enumerate() {
         let cut = match &n.op {
-            Op::If { .. } => Cut::Condition,
+            Op::If { .. } | Op::Loop { .. } => Cut::Condition,
             op if has_value_dependent_shapes(op) => Cut::OnHost,
             _ => continue,
         };
@@ -70,8 +72,8 @@ fn cuts(graph: &Graph) -> HashMap<usize, Cut> {
 }
 
 /// The values known only when a request runs: the graph inputs and what is computed from them,
-/// except through Shape and Size (which read shapes only). Conservative for If: its outputs are
-/// run-time values when anything it or its branches read is.
+/// except through Shape and Size (which read shapes only). Conservative for If, Loop and Scan: their
+/// outputs are run-time values when anything they or their subgraphs read is.
 fn run_time_values(graph: &Graph) -> HashSet<ValueId> {
     let mut run_time: HashSet<ValueId> = graph.inputs.iter().copied().collect();
     for n in &graph.nodes {
@@ -85,18 +87,13 @@ fn run_time_values(graph: &Graph) -> HashSet<ValueId> {
     run_time
 }
 
-/// Every value a node reads: its inputs, and for an If what its branches' nodes read and yield.
+/// Every value a node reads: its inputs, and for an If, Loop or Scan what its subgraphs' nodes read
+/// and yield.
 fn reads(n: &Node) -> Vec<ValueId> {
     let mut out: Vec<ValueId> = n.inputs.iter().flatten().copied().collect();
-    if let Op::If {
-        then_branch,
-        else_branch,
-    } = &n.op
-    {
-        for b in [then_branch, else_branch] {
-            out.extend(b.nodes.iter().flat_map(reads));
-            out.extend(b.outputs.iter().copied());
-        }
+    for b in n.op.subgraphs() {
+        out.extend(b.nodes.iter().flat_map(reads));
+        out.extend(b.outputs.iter().copied());
     }
     out
 }

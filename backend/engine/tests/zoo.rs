@@ -103,6 +103,30 @@ fn hf_whisper_encoder_matches_onnxruntime() {
     check_cpu("hf_whisper_encoder");
 }
 
+/// A scripted `for` loop over the input's time dimension, exported as a real ONNX Loop, which the engine
+/// unrolls per time length when it builds the plan.
+#[test]
+fn torch_scripted_rnn_keeps_its_loop_and_matches_onnxruntime() {
+    use prost::Message;
+    let path = support::zoo::zoo_dir().join("torch_scripted_rnn.onnx");
+    let proto = infergate_engine::onnx::proto::ModelProto::decode(&std::fs::read(path).unwrap()[..]).unwrap();
+    let ops: Vec<&str> = proto
+        .graph
+        .as_ref()
+        .unwrap()
+        .node
+        .iter()
+        .map(|n| n.op_type.as_str())
+        .collect();
+    assert!(ops.contains(&"Loop"), "the export keeps the loop: {ops:?}");
+    check_cpu("torch_scripted_rnn");
+}
+
+#[test]
+fn torch_scripted_rnn_matches_onnxruntime_on_wgpu() {
+    check_wgpu("torch_scripted_rnn", RTOL, ATOL);
+}
+
 /// The quantized zoo models (`zoo/quantize_zoo.py`, onnxruntime.quantization applied to `ocr_cls`) record
 /// their quantizer and really contain the quantization operators.
 #[test]

@@ -169,6 +169,39 @@ def hf_whisper_encoder(out):
     }
 
 
+def scripted_rnn(out):
+    """A recurrent encoder whose time loop is TorchScript (torch.jit.script), so the export keeps it as an
+    ONNX Loop whose trip count is the input's time dimension (a shape), as scripted decoders and RNNs are
+    exported; a traced loop would be unrolled by the exporter instead."""
+    import torch
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = torch.nn.Linear(40, 64)
+            self.cell = torch.nn.Linear(64, 64)
+            self.head = torch.nn.Linear(64, 10)
+
+        def forward(self, x):
+            u = self.inp(x)
+            h = torch.zeros_like(u[:, 0])
+            for t in range(x.size(1)):
+                h = torch.tanh(self.cell(h) + u[:, t])
+            return self.head(h)
+
+    torch.manual_seed(0)
+    model = torch.jit.script(Recurrent().eval())
+    torch_export(model, (torch.randn(1, 20, 40),), out, ["features"], ["logits"],
+                 {"features": {0: "batch", 1: "time"}, "logits": {0: "batch"}})
+    return {
+        "source": "a tanh RNN cell (40 features, 64 hidden, 10 classes) over time, written as a scripted for loop; "
+                  "torch.manual_seed(0)",
+        "exporter": f"torch.onnx.export (TorchScript, torch.jit.script) torch {torch.__version__}, opset {OPSET}",
+        "inputs": [{"name": "features", "dtype": "FP32", "shape": [-1, 100, 40]}],
+        "test_inputs": [{"name": "features", "dtype": "FP32", "shape": [-1, 20, 40]}],
+    }
+
+
 OCR_MODELS = {
     # name: (file in the wheel, bench input, test input)
     "ocr_det": ("ch_PP-OCRv4_det_infer.onnx", image("x", 3, 640, 640), image("x", 3, 96, 128)),
@@ -207,6 +240,7 @@ TORCH_MODELS = {
     "hf_bert_base": hf_bert,
     "hf_vit_small": hf_vit,
     "hf_whisper_encoder": hf_whisper_encoder,
+    "torch_scripted_rnn": scripted_rnn,
 }
 
 

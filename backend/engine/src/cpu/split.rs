@@ -403,7 +403,9 @@ fn output_sample(
         | Op::Range
         | Op::CastLike
         | Op::Quant(_)
-        | Op::If { .. } => None,
+        | Op::If { .. }
+        | Op::Loop { .. }
+        | Op::Scan { .. } => None,
     }
 }
 

@@ -73,12 +73,15 @@ impl Node {
     }
 }
 
-/// The body of an `If` branch: nodes in topological order and the values it yields.
-#[derive(Debug, Clone, PartialEq)]
+/// A subgraph: an `If` branch or a `Loop`/`Scan` body. Its nodes are in topological order and share
+/// the enclosing graph's value table.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Branch {
+    /// The subgraph's formal inputs (a body's iteration values; empty for an `If` branch).
+    pub inputs: Vec<ValueId>,
     /// Nodes (they may read values of the enclosing graph).
     pub nodes: Vec<Node>,
-    /// One value per output of the `If` node.
+    /// The values it yields (one per `If` output; a body's per-iteration outputs).
     pub outputs: Vec<ValueId>,
 }
 
@@ -120,16 +123,10 @@ impl Graph {
                 for i in n.inputs.iter().flatten() {
                     c[i.0] += 1;
                 }
-                if let Op::If {
-                    then_branch,
-                    else_branch,
-                } = &n.op
-                {
-                    for b in [then_branch, else_branch] {
-                        count(&b.nodes, c);
-                        for o in &b.outputs {
-                            c[o.0] += 1;
-                        }
+                for b in n.op.subgraphs() {
+                    count(&b.nodes, c);
+                    for o in &b.outputs {
+                        c[o.0] += 1;
                     }
                 }
             }

@@ -826,6 +826,34 @@ pub enum Op {
         /// nodes and outputs when cond is false
         else_branch: Box<crate::ir::Branch>,
     },
+    /// `[M?, cond?, v_initial…]` → `[v_final…, scan_outputs…]`. Only in a `Graph`: unrolled at
+    /// specialisation when the trip count and the condition are known on the host
+    /// (`specialise/unroll.rs`). The body's inputs are `[iteration_num, cond, v…]`, its outputs
+    /// `[cond, v…, scan_outputs…]`.
+    Loop {
+        /// the loop body
+        body: Box<crate::ir::Branch>,
+    },
+    /// `[states…, scan_inputs…]` → `[final_states…, scan_outputs…]` (opset 8: a leading
+    /// `sequence_lens` input and a batch axis 0 on every input and output). Only in a `Graph`:
+    /// unrolled at specialisation over the scan inputs' length. The body's inputs are
+    /// `[states…, one slice per scan input…]`, its outputs `[states…, one slice per scan output…]`.
+    Scan {
+        /// the loop body
+        body: Box<crate::ir::Branch>,
+        /// how many of the node's inputs are scan inputs (the rest, before them, are states)
+        num_scan_inputs: usize,
+        /// the axis each scan input is sliced along (may be negative)
+        input_axes: Vec<i64>,
+        /// per scan input: iterate from the end
+        input_reverse: Vec<bool>,
+        /// the axis each scan output's slices are stacked along (may be negative)
+        output_axes: Vec<i64>,
+        /// per scan output: stack the slices in reverse order
+        output_reverse: Vec<bool>,
+        /// opset 8's form: `sequence_lens` first and a batch axis 0 on every input and output
+        batched: bool,
+    },
 }
 
 impl Op {
@@ -887,6 +915,33 @@ impl Op {
             Op::Gru { .. } => "GRU",
             Op::Quant(q) => q.name(),
             Op::If { .. } => "If",
+            Op::Loop { .. } => "Loop",
+            Op::Scan { .. } => "Scan",
+        }
+    }
+
+    /// The subgraphs the op holds (`If` branches, `Loop`/`Scan` bodies), whose nodes read values of
+    /// the enclosing graph.
+    pub fn subgraphs(&self) -> Vec<&crate::ir::Branch> {
+        match self {
+            Op::If {
+                then_branch,
+                else_branch,
+            } => vec![then_branch, else_branch],
+            Op::Loop { body } | Op::Scan { body, .. } => vec![body],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The subgraphs the op holds, mutably.
+    pub fn subgraphs_mut(&mut self) -> Vec<&mut crate::ir::Branch> {
+        match self {
+            Op::If {
+                then_branch,
+                else_branch,
+            } => vec![then_branch, else_branch],
+            Op::Loop { body } | Op::Scan { body, .. } => vec![body],
+            _ => Vec::new(),
         }
     }
 }

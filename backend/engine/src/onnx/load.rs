@@ -485,16 +485,23 @@ impl<'a> Loader<'a> {
                     outputs: vec![outputs.get(1).copied().flatten()],
                 });
             }
-            Converted::If(then_g, else_g) => {
-                let then_branch = self.convert_branch(&then_g, "then_branch", outputs.len())?;
-                let else_branch = self.convert_branch(&else_g, "else_branch", outputs.len())?;
+            Converted::WithSubgraphs(mut op, ins, graphs) => {
+                let what = op.name();
+                let slots = op.subgraphs_mut();
+                if slots.len() != graphs.len() {
+                    return Err(EngineError::internal(format!(
+                        "{what} has {} subgraphs, its converter gave {}",
+                        slots.len(),
+                        graphs.len()
+                    )));
+                }
+                for (slot, g) in slots.into_iter().zip(&graphs) {
+                    *slot = self.convert_subgraph(g, what)?;
+                }
                 nodes.push(Node {
                     name,
-                    op: Op::If {
-                        then_branch: Box::new(then_branch),
-                        else_branch: Box::new(else_branch),
-                    },
-                    inputs,
+                    op,
+                    inputs: ins,
                     outputs,
                 });
             }
@@ -502,13 +509,9 @@ impl<'a> Loader<'a> {
         Ok(nodes)
     }
 
-    fn convert_branch(&mut self, g: &GraphProto, which: &str, n_out: usize) -> Result<Branch> {
-        if g.output.len() != n_out {
-            return Err(EngineError::invalid(format!(
-                "If {which} has {} outputs, the node has {n_out}",
-                g.output.len()
-            )));
-        }
+    /// Converts a subgraph (an If branch, a Loop or Scan body) in a scope of its own: its inputs
+    /// and initializers are defined there, and its nodes may read the enclosing scopes.
+    fn convert_subgraph(&mut self, g: &GraphProto, what: &str) -> Result<Branch> {
         self.scopes.push(HashMap::new());
         let res = (|| {
             for t in &g.initializer {
@@ -518,14 +521,27 @@ impl<'a> Loader<'a> {
                     self.four_bit.insert(id);
                 }
             }
+            let mut inputs = Vec::with_capacity(g.input.len());
+            for vi in &g.input {
+                let (dtype, dims) = value_type(vi)
+                    .map_err(|e| e.context(format!("{what} subgraph input '{}'", vi.name)))?
+                    .unzip();
+                let id = self.define(&vi.name, dtype)?;
+                self.graph.values[id.0].shape = dims.flatten();
+                inputs.push(id);
+            }
             let nodes = self.convert_nodes(&g.node)?;
             let mut outputs = Vec::new();
             for o in &g.output {
                 outputs.push(self.lookup(&o.name).ok_or_else(|| {
-                    EngineError::invalid(format!("If {which} output '{}' is not produced", o.name))
+                    EngineError::invalid(format!("{what} subgraph output '{}' is not produced", o.name))
                 })?);
             }
-            Ok(Branch { nodes, outputs })
+            Ok(Branch {
+                inputs,
+                nodes,
+                outputs,
+            })
         })();
         self.scopes.pop();
         res

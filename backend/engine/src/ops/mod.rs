@@ -136,7 +136,7 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         | Op::Squeeze { .. }
         | Op::Unsqueeze { .. } => &reshape::FAMILY,
         Op::Shape { .. } | Op::Size | Op::ConstantOfShape { .. } | Op::Range => &constant::FAMILY,
-        Op::If { .. } => &control::FAMILY,
+        Op::If { .. } | Op::Loop { .. } | Op::Scan { .. } => &control::FAMILY,
         Op::MatMul { .. } | Op::Gemm { .. } => &matmul::FAMILY,
         Op::Conv { .. } | Op::ConvTranspose { .. } => &conv::FAMILY,
         Op::BatchNormalization { .. } | Op::InstanceNormalization { .. } | Op::LayerNormalization { .. } => {

@@ -128,8 +128,9 @@ pub(crate) enum Converted {
     ChainWithCopies(Vec<Node>, Op, Vec<Option<ValueId>>, Vec<(usize, ValueId)>),
     /// A constant value for the single output.
     Constant(Tensor),
-    /// An `If` with its two branches.
-    If(GraphProto, GraphProto),
+    /// An op holding subgraphs (If, Loop, Scan) with its inputs: the loader converts each graph, in
+    /// the order of [`Op::subgraphs_mut`], into the op's (empty) subgraph slots.
+    WithSubgraphs(Op, Vec<Option<ValueId>>, Vec<GraphProto>),
     /// Inference-mode Dropout whose mask output is used: identity plus an all-true mask.
     DropoutWithMask(ValueId),
 }

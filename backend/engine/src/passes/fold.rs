@@ -10,7 +10,8 @@ pub(crate) fn fold_constants(g: &mut Graph) -> Result<bool> {
     let mut keep = Vec::with_capacity(g.nodes.len());
     let nodes = std::mem::take(&mut g.nodes);
     for n in nodes {
-        let foldable = !matches!(n.op, Op::If { .. })
+        // a subgraph reads values the node's inputs do not list
+        let foldable = n.op.subgraphs().is_empty()
             && !n.inputs.is_empty()
             && n.inputs.iter().flatten().all(|i| g.constants.contains_key(i))
             && n.outputs.iter().flatten().count() > 0;

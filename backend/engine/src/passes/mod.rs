@@ -115,17 +115,11 @@ pub(crate) fn replace_uses(g: &mut Graph, from: ValueId, to: ValueId) {
                     *i = to;
                 }
             }
-            if let crate::ir::Op::If {
-                then_branch,
-                else_branch,
-            } = &mut n.op
-            {
-                for b in [then_branch, else_branch] {
-                    walk(&mut b.nodes, from, to);
-                    for o in &mut b.outputs {
-                        if *o == from {
-                            *o = to;
-                        }
+            for b in n.op.subgraphs_mut() {
+                walk(&mut b.nodes, from, to);
+                for o in &mut b.outputs {
+                    if *o == from {
+                        *o = to;
                     }
                 }
             }

@@ -1,5 +1,6 @@
 """Regenerate selected.txt: the onnx 1.22.0 node tests whose models use only the operators of
-issue 3 and those added since (issue 23) (every node, including If branches, in the default domain).
+issue 3 and those added since (issue 23) (every node, including If branches and Loop/Scan bodies, in the
+default domain).
 
 Run with the project venv: $INFERGATE_PYTHON backend/engine/tests/conformance/select_tests.py
 """
@@ -16,7 +17,7 @@ MatMul Gemm Conv ConvTranspose BatchNormalization InstanceNormalization LayerNor
 MaxPool AveragePool GlobalAveragePool GlobalMaxPool
 ReduceMean ReduceSum ReduceMax ReduceMin ReduceL2 ArgMax ArgMin Softmax LogSoftmax TopK
 Reshape Flatten Transpose Concat Split Slice Gather GatherElements Squeeze Unsqueeze Expand Tile Pad Shape
-Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GRU If
+Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GRU If Loop Scan
 Sign Mish CastLike SpaceToDepth Mod
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 CumSum Trilu OneHot GatherND ScatterND NonZero LRN Upsample GroupNormalization Einsum RMSNormalization
