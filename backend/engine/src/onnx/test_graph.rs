@@ -24,3 +24,38 @@ pub(crate) fn init(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
         ..Default::default()
     }
 }
+
+/// A tensor value of ONNX element type `elem_type` (1 FLOAT, 7 INT64, …); `dims` None leaves the
+/// shape out (as exporters write NonZero's output).
+pub(crate) fn value_info(name: &str, elem_type: i32, dims: Option<&[i64]>) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type,
+                shape: dims.map(|dims| TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            dim_value: Some(d),
+                            dim_param: None,
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+/// A graph attribute (an If branch, a Loop or Scan body).
+pub(crate) fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::GRAPH,
+        g: Some(g),
+        ..Default::default()
+    }
+}

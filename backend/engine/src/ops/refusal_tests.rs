@@ -6,30 +6,11 @@
 use prost::Message;
 
 use crate::onnx::proto::*;
-use crate::onnx::test_graph::{init, node};
+use crate::onnx::test_graph::{init, node, value_info};
 use crate::{ErrorKind, Model};
 
 fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: 1,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            dim_value: Some(d),
-                            dim_param: None,
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
+    value_info(name, 1, Some(dims))
 }
 
 /// A graph output whose type the loader infers.

@@ -9,36 +9,12 @@ use std::sync::Arc;
 use prost::Message;
 
 use crate::onnx::proto::*;
-use crate::onnx::test_graph::init;
+use crate::onnx::test_graph::{graph_attr, init, value_info};
 use crate::wgpu::AdapterChoice;
 use crate::{ErrorKind, ExecutorKind, Model, Session, SessionOptions, Tensor};
 
-/// A tensor value of ONNX element type `elem`; `dims` None leaves the shape out.
-fn value(name: &str, elem: i32, dims: Option<&[i64]>) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: elem,
-                shape: dims.map(|d| TensorShapeProto {
-                    dim: d
-                        .iter()
-                        .map(|&v| Dimension {
-                            dim_value: Some(v),
-                            dim_param: None,
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
-
 fn float(name: &str, dims: &[i64]) -> ValueInfoProto {
-    value(name, 1, Some(dims))
+    value_info(name, 1, Some(dims))
 }
 
 fn node(
@@ -77,15 +53,6 @@ fn graph(
                 doc_string: String::new(),
             })
             .collect(),
-        ..Default::default()
-    }
-}
-
-fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::GRAPH,
-        g: Some(g),
         ..Default::default()
     }
 }
@@ -157,8 +124,8 @@ fn counting_loop(m: i64, cond_nodes: Vec<NodeProto>) -> Vec<u8> {
     let body = graph(
         body_nodes,
         vec![
-            value("i", 7, Some(&[])),
-            value("c", 9, Some(&[])),
+            value_info("i", 7, Some(&[])),
+            value_info("c", 9, Some(&[])),
             float("y_in", &[1]),
         ],
         &["cond_out", "y_out"],
@@ -215,8 +182,8 @@ fn stepping_loop(m: i64) -> Vec<u8> {
             node("Identity", "scan", &["y_out"], &["s"], vec![]),
         ],
         vec![
-            value("i", 7, Some(&[])),
-            value("c", 9, Some(&[])),
+            value_info("i", 7, Some(&[])),
+            value_info("c", 9, Some(&[])),
             float("y_in", &[1]),
         ],
         &["cond_out", "y_out", "s"],
@@ -342,8 +309,8 @@ fn a_loop_whose_trip_count_is_computed_from_request_data_runs_in_stages() {
             node("Add", "add", &["y_in", "one"], &["y_out"], vec![]),
         ],
         vec![
-            value("i", 7, Some(&[])),
-            value("c", 9, Some(&[])),
+            value_info("i", 7, Some(&[])),
+            value_info("c", 9, Some(&[])),
             float("y_in", &[1]),
         ],
         &["cond_out", "y_out"],

@@ -8,40 +8,8 @@ use std::sync::Arc;
 use prost::Message;
 
 use crate::onnx::proto::*;
-use crate::onnx::test_graph::{init, node};
+use crate::onnx::test_graph::{graph_attr, init, node, value_info};
 use crate::{ExecutorKind, Model, Session, SessionOptions, Tensor};
-
-fn value(name: &str, elem_type: i32, dims: Option<&[i64]>) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type,
-                shape: dims.map(|dims| TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            dim_value: Some(d),
-                            dim_param: None,
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
-
-fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::GRAPH,
-        g: Some(g),
-        ..Default::default()
-    }
-}
 
 fn model(graph: GraphProto) -> Arc<Model> {
     let m = ModelProto {
@@ -89,11 +57,11 @@ fn non_zero_over_computed_values_runs_between_stages() {
             node("GatherND", &["r", "coords"], "picked", vec![]),
         ],
         name: "g".into(),
-        input: vec![value("x", 1, Some(&[2, 2]))],
+        input: vec![value_info("x", 1, Some(&[2, 2]))],
         output: vec![
-            value("coords", 7, None),
-            value("picked", 1, None),
-            value("total", 1, None),
+            value_info("coords", 7, None),
+            value_info("picked", 1, None),
+            value_info("total", 1, None),
         ],
         ..Default::default()
     });
@@ -138,7 +106,7 @@ fn if_on_a_computed_condition_takes_the_branch_its_value_chooses() {
     let branch = |op: &str, out: &str| GraphProto {
         node: vec![node(op, &["x"], out, vec![])],
         name: out.into(),
-        output: vec![value(out, 1, Some(&[2, 2]))],
+        output: vec![value_info(out, 1, Some(&[2, 2]))],
         ..Default::default()
     };
     let m = model(GraphProto {
@@ -159,8 +127,8 @@ fn if_on_a_computed_condition_takes_the_branch_its_value_chooses() {
         ],
         name: "g".into(),
         initializer: vec![init("zero", &[], &[0.0])],
-        input: vec![value("x", 1, Some(&[2, 2]))],
-        output: vec![value("y", 1, Some(&[2, 2]))],
+        input: vec![value_info("x", 1, Some(&[2, 2]))],
+        output: vec![value_info("y", 1, Some(&[2, 2]))],
         ..Default::default()
     });
     assert!(m.host_inputs().is_empty());
@@ -186,8 +154,8 @@ fn non_zero_as_the_output_needs_no_stage_after_it() {
             node("NonZero", &["r"], "nz", vec![]),
         ],
         name: "g".into(),
-        input: vec![value("x", 1, Some(&[2, 2]))],
-        output: vec![value("nz", 7, None)],
+        input: vec![value_info("x", 1, Some(&[2, 2]))],
+        output: vec![value_info("nz", 7, None)],
         ..Default::default()
     });
     assert!(m.stages.as_ref().is_some_and(|s| s.rest.is_none()));
