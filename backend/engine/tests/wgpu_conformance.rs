@@ -5,10 +5,8 @@
 
 mod support;
 
-use std::sync::Arc;
-
-use infergate_engine::{AdapterChoice, ErrorKind, ExecutorKind, Model, Session, SessionOptions};
-use support::conformance::{node_test_root, parse_excused, run_suite};
+use infergate_engine::{AdapterChoice, ExecutorKind};
+use support::conformance::{parse_excused, run_suite};
 
 /// Selected tests the wgpu executor does not run, each with its reason. The first group is refused at load by
 /// the shared loader (the same reasons as the CPU executor's list); the rest are wgpu-specific.
@@ -33,11 +31,6 @@ test_training_dropout_zero_ratio_mask: training_mode is a graph input, so the lo
 test_einsum_batch_diagonal: Einsum with an ellipsis ('...ii->...i'); refused at load naming the equation
 test_equal_string: string tensors cannot live in GPU buffers; the executor refuses them with a message naming the CPU executor
 test_equal_string_broadcast: string tensors cannot live in GPU buffers; the executor refuses them with a message naming the CPU executor
-test_scatternd: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
-test_scatternd_add: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
-test_scatternd_max: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
-test_scatternd_min: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
-test_scatternd_multiply: ScatterND runs on the CPU executor only (updates apply in index order); the executor refuses it naming the node and KIND_CPU
 test_affine_grid_2d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_2d_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
 test_affine_grid_3d_align_corners_expanded: the size input is a graph input, so the expanded function's Expand/ConstantOfShape shapes depend on request data (data-dependent shapes are not supported yet)
@@ -70,28 +63,4 @@ fn onnx_node_tests_on_wgpu() {
         "{} selected tests fail on the wgpu executor (excuse them with a reason or fix them)",
         failures.len()
     );
-}
-
-/// A model with an operator the wgpu executor never runs (ScatterND) is
-/// refused when its session is created, as a load error naming the node and KIND_CPU, not at its first
-/// request.
-#[test]
-fn cpu_only_operators_are_refused_when_the_wgpu_session_is_created() {
-    for test in ["test_scatternd", "test_scatternd_add"] {
-        let model = Arc::new(Model::load(node_test_root().join(test).join("model.onnx")).unwrap());
-        let options = SessionOptions {
-            executor: ExecutorKind::Wgpu(AdapterChoice::Auto),
-            threads: None,
-            plan_cache_size: 2,
-        };
-        let Err(err) = Session::new(model, options) else {
-            panic!("{test}: a wgpu session was created");
-        };
-        assert_eq!(err.kind(), ErrorKind::Unsupported, "{test}: {err}");
-        let msg = err.to_string();
-        assert!(
-            msg.contains("node '") && msg.contains("KIND_CPU"),
-            "{test}: {msg}"
-        );
-    }
 }

@@ -2,10 +2,9 @@
 //!
 //! ONNX conversion, shape inference, CPU execution and wgpu lowering of these operators. The wgpu
 //! executor runs them with existing kernels (a constant mask, a triangular matrix product, an
-//! element-wise comparison, a gather of slices) and a kernel of its own for ScatterElements (one
-//! invocation per output element, looping along the indices' axis, so duplicates combine in index
-//! order), except ScatterND, which it refuses naming the node (its updates apply in index order; a
-//! model that needs it is served by a KIND_CPU instance group).
+//! element-wise comparison, a gather of slices) and kernels of their own for ScatterElements and
+//! ScatterND (one invocation per output element, looping along the indices' axis or over the index
+//! tuples, so duplicates combine in index order as on the CPU).
 
 use super::prelude::*;
 use crate::cpu::indexed;
@@ -25,9 +24,10 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::new("ScatterElements", 11, convert, &FAMILY),
 ];
 
-/// The operators of this module the wgpu executor refuses (for the generated operator list).
+/// The operators of this module the wgpu executor refuses (for the generated operator list); none
+/// today, kept so that an operator with only a CPU kernel is refused when a wgpu session is created.
 #[cfg_attr(not(test), allow(dead_code))]
-pub(super) const CPU_ONLY: &[&str] = &["ScatterND"];
+pub(super) const CPU_ONLY: &[&str] = &[];
 
 /// The IR ops of this module: CumSum, Trilu, OneHot, GatherNd, ScatterNd, ScatterElements.
 pub(super) static FAMILY: Family = Family {
@@ -465,10 +465,14 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             c.set(n, 0, y)
         }
         Op::GatherNd { batch_dims } => gather_nd(c, n, *batch_dims),
-        Op::ScatterNd { .. } => Err(GpuError::unsupported(
-            "ScatterND runs on the CPU executor only (its updates apply in index order); serve this model \
-             with a KIND_CPU instance group",
-        )),
+        Op::ScatterNd { reduction } => {
+            let data = c.input(n, 0)?;
+            let idx = c.input(n, 1)?;
+            let upd = c.input(n, 2)?;
+            let name = c.out_name(n, 0);
+            let y = scatter::scatter_nd(&mut c.b, &name, &data, &idx, &upd, *reduction)?;
+            c.set(n, 0, y)
+        }
         Op::ScatterElements { axis, reduction } => {
             let data = c.input(n, 0)?;
             let idx = c.input(n, 1)?;

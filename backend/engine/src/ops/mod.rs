@@ -213,3 +213,6 @@ mod refusal_tests;
 
 #[cfg(test)]
 mod four_bit_tests;
+
+#[cfg(test)]
+mod scatter_nd_tests;

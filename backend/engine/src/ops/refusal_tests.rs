@@ -9,12 +9,12 @@ use crate::onnx::proto::*;
 use crate::onnx::test_graph::{init, node, value_info};
 use crate::{ErrorKind, Model};
 
-fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
+pub(super) fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
     value_info(name, 1, Some(dims))
 }
 
 /// A graph output whose type the loader infers.
-fn untyped(name: &str) -> ValueInfoProto {
+pub(super) fn untyped(name: &str) -> ValueInfoProto {
     ValueInfoProto {
         name: name.into(),
         r#type: None,
@@ -22,7 +22,7 @@ fn untyped(name: &str) -> ValueInfoProto {
     }
 }
 
-fn string_attr(name: &str, v: &str) -> AttributeProto {
+pub(super) fn string_attr(name: &str, v: &str) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::STRING,

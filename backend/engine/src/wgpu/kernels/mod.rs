@@ -39,6 +39,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("iconv", quant::WGSL_ICONV),
     ("requantize", quant::WGSL_REQUANTIZE),
     ("scatter", scatter::WGSL),
+    ("scatter_nd", scatter::WGSL_ND),
     ("roi_align", roi_align::WGSL),
     ("grid_sample", grid_sample::WGSL),
 ];
