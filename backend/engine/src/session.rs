@@ -6,6 +6,7 @@ use futures::future::BoxFuture;
 
 use crate::cpu::CpuExecutor;
 use crate::error::{EngineError, Result};
+use crate::ir::Graph;
 use crate::model::Model;
 use crate::stages::Stages;
 use crate::tensor::Tensor;
@@ -47,6 +48,10 @@ enum Executor {
     Wgpu(crate::wgpu::WgpuExecutor),
     /// A model in stages, each part on its own executor.
     Staged(Box<StagedRun>),
+    /// A stage whose every input is a host input (a detector's post-processing after a cut that
+    /// sits in an If branch): each request's values would specialise a plan of its own, all folded
+    /// on the host, so it is evaluated directly, with no plan kept for values unlikely to recur.
+    OnHost(Arc<Graph>),
 }
 
 impl Executor {
@@ -58,8 +63,18 @@ impl Executor {
         pool: &mut Option<Arc<rayon::ThreadPool>>,
     ) -> Result<Self> {
         if let Some(stages) = &model.stages {
-            let mut part =
-                |m: &Option<Arc<Model>>| m.as_ref().map(|m| Executor::new(m, options, pool)).transpose();
+            let mut part = |m: &Option<Arc<Model>>| {
+                m.as_ref()
+                    .map(|m| {
+                        let all_host = m.stages.is_none() && m.host_inputs().len() == m.graph().inputs.len();
+                        if all_host {
+                            Ok(Executor::OnHost(Arc::new(m.graph().clone())))
+                        } else {
+                            Executor::new(m, options, pool)
+                        }
+                    })
+                    .transpose()
+            };
             let first = part(&stages.first)?;
             let rest = part(&stages.rest)?;
             return Ok(Executor::Staged(Box::new(StagedRun {
@@ -92,6 +107,7 @@ impl Executor {
                 Executor::Cpu(cpu) => cpu.run(inputs).await,
                 Executor::Wgpu(gpu) => gpu.run(inputs).await,
                 Executor::Staged(staged) => staged.run(inputs).await,
+                Executor::OnHost(graph) => evaluate_on_host(Arc::clone(graph), inputs).await,
             }
         })
     }
@@ -101,6 +117,7 @@ impl Executor {
             Executor::Cpu(cpu) => cpu.run_blocking(inputs),
             Executor::Wgpu(gpu) => gpu.run_blocking(inputs),
             Executor::Staged(staged) => pollster::block_on(staged.run(inputs)),
+            Executor::OnHost(graph) => crate::specialise::evaluate(graph, &inputs),
         }
     }
 
@@ -143,28 +160,28 @@ impl StagedRun {
             let outputs = first.run(values.inputs_of(model.graph())?).await?;
             values.record(model.graph(), outputs);
         }
-        let between = Arc::clone(self.stages.between());
+        let between = self.stages.between();
         if !between.nodes.is_empty() {
-            let inputs = values.inputs_of(&between)?;
-            let outputs = match tokio::runtime::Handle::try_current() {
-                Ok(handle) => {
-                    let graph = Arc::clone(&between);
-                    handle
-                        .spawn_blocking(move || crate::specialise::evaluate(&graph, &inputs))
-                        .await
-                        .map_err(|e| {
-                            EngineError::internal(format!("the host step between stages stopped: {e}"))
-                        })??
-                }
-                Err(_) => crate::specialise::evaluate(&between, &inputs)?,
-            };
-            values.record(&between, outputs);
+            let inputs = values.inputs_of(between)?;
+            let outputs = evaluate_on_host(Arc::clone(between), inputs).await?;
+            values.record(between, outputs);
         }
         if let (Some(model), Some(rest)) = (&self.stages.rest, &self.rest) {
             let outputs = rest.run(values.inputs_of(model.graph())?).await?;
             values.record(model.graph(), outputs);
         }
         self.stages.finish(values)
+    }
+}
+
+/// Evaluates `graph` for these inputs on the host, off the async runtime's threads when there is one.
+async fn evaluate_on_host(graph: Arc<Graph>, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle
+            .spawn_blocking(move || crate::specialise::evaluate(&graph, &inputs))
+            .await
+            .map_err(|e| EngineError::internal(format!("a host step of a staged model stopped: {e}")))?,
+        Err(_) => crate::specialise::evaluate(&graph, &inputs),
     }
 }
 
