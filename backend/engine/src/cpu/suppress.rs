@@ -10,6 +10,25 @@ pub(crate) fn suppress(
     iou_threshold: f64,
     score_threshold: Option<f64>,
 ) -> Vec<usize> {
+    suppress_with(
+        simd::isa(),
+        boxes,
+        scores,
+        max_kept,
+        iou_threshold,
+        score_threshold,
+    )
+}
+
+/// [`suppress`] with the overlap test compiled for `isa`.
+fn suppress_with(
+    isa: simd::Isa,
+    boxes: &[[f64; 4]],
+    scores: &[f64],
+    max_kept: usize,
+    iou_threshold: f64,
+    score_threshold: Option<f64>,
+) -> Vec<usize> {
     let mut order: Vec<usize> = (0..scores.len())
         .filter(|&i| score_threshold.is_none_or(|t| scores[i] > t))
         .collect();
@@ -21,7 +40,7 @@ pub(crate) fn suppress(
         if kept.len() >= max_kept {
             break;
         }
-        if !kept_boxes.suppress(&boxes[i], iou_threshold) {
+        if !any_overlap(isa, &kept_boxes, &boxes[i], iou_threshold) {
             kept.push(i);
             kept_boxes.push(&boxes[i]);
         }
@@ -49,16 +68,11 @@ impl KeptBoxes {
         self.x2.push(b[3]);
         self.area.push(area(b));
     }
-
-    /// True when a kept box overlaps `b` by more than `iou_threshold` (intersection over union, 0
-    /// when either box has no area).
-    fn suppress(&self, b: &[f64; 4], iou_threshold: f64) -> bool {
-        any_overlap(simd::isa(), self, b, iou_threshold)
-    }
 }
 
 simd::multiversion! {
-    /// [`KeptBoxes::suppress`] compiled for the CPU's vector width.
+    /// True when a kept box overlaps `b` by more than `iou_threshold` (intersection over union, 0
+    /// when either box has no area), compiled for the CPU's vector width.
     fn any_overlap(kept: &KeptBoxes, b: &[f64; 4], iou_threshold: f64) -> bool = any_overlap_lanes;
 }
 
@@ -127,9 +141,13 @@ mod tests {
     fn a_box_without_area_overlaps_nothing() {
         let mut kept = KeptBoxes::default();
         kept.push(&[0.0, 0.0, 0.0, 1.0]);
-        assert!(!kept.suppress(&[0.0, 0.0, 0.0, 1.0], 0.0), "not even itself");
+        let isa = simd::isa();
+        assert!(
+            !any_overlap(isa, &kept, &[0.0, 0.0, 0.0, 1.0], 0.0),
+            "not even itself"
+        );
         kept.push(&[0.0, 0.0, 1.0, 1.0]);
-        assert!(kept.suppress(&[0.0, 0.0, 1.0, 1.0], 0.99));
+        assert!(any_overlap(isa, &kept, &[0.0, 0.0, 1.0, 1.0], 0.99));
     }
 
     /// Every instruction set keeps the same boxes, past one chunk of kept boxes.
@@ -144,16 +162,7 @@ mod tests {
         let scores: Vec<f64> = (0..200).map(|i| ((i * 7919) % 1000) as f64 / 1000.0).collect();
         let mut want: Option<Vec<usize>> = None;
         for isa in simd::all_available() {
-            let mut kept = KeptBoxes::default();
-            let mut got = Vec::new();
-            let mut order: Vec<usize> = (0..boxes.len()).collect();
-            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
-            for i in order {
-                if !any_overlap(isa, &kept, &boxes[i], 0.3) {
-                    got.push(i);
-                    kept.push(&boxes[i]);
-                }
-            }
+            let got = suppress_with(isa, &boxes, &scores, usize::MAX, 0.3, None);
             assert!(got.len() > 40, "{isa:?}: {}", got.len());
             match &want {
                 None => want = Some(got),
