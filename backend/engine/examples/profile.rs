@@ -1,5 +1,6 @@
 //! Where a model's time goes, node by node, on our CPU executor beside onnxruntime's profiler
-//! (`SessionOptions.enable_profiling`, CPU provider, threads = cores) for the same model and input shapes.
+//! (`SessionOptions.enable_profiling`, CPU provider, threads = the cores this process may run on, so
+//! `taskset -c 0` compares one thread with one) for the same model and input shapes.
 //!
 //! `cargo run --release -p infergate-engine --example profile -- MODEL.onnx [--batch N]
 //!  [--input NAME=D0,D1,..]... [--runs R] [--top K] [--no-ort]`
@@ -42,7 +43,7 @@ for name, dtype, shape in spec:
         feeds[name] = rng.standard_normal(shape).astype(np.float32)
 def session(profile):
     o = ort.SessionOptions()
-    o.intra_op_num_threads = os.cpu_count()
+    o.intra_op_num_threads = len(os.sched_getaffinity(0))
     if profile:
         o.enable_profiling = True
         o.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")

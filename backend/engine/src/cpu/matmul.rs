@@ -95,7 +95,7 @@ pub(crate) fn matmul_f32(
         let pa = PackedA::pack(am, rows, k, 1.0, isa)?;
         let tail = epi.offset(row0);
         match packed_b {
-            Some(pb) => mm::gemm(&pa, BOp::Packed(pb), c, n, Init::Zero, &tail, par),
+            Some(pb) => mm::gemm(&pa, BOp::Packed(pb), c, n, Init::Zero, &tail, par)?,
             None => {
                 let bm = MatRef {
                     data: b,
@@ -104,9 +104,11 @@ pub(crate) fn matmul_f32(
                     cs: b_cs,
                 };
                 let src = DenseB::new(bm, k, n)?;
-                mm::gemm(&pa, BOp::Src { src: &src, k, n }, c, n, Init::Zero, &tail, par)
+                mm::gemm(&pa, BOp::Src { src: &src, k, n }, c, n, Init::Zero, &tail, par)?;
             }
         }
+        pa.recycle();
+        Ok(())
     };
     // [batch.., M, K] x [K, N] with a plain (untransposed) A: one big product, by blocks of rows.
     if b_batch == 1 && !trans_a && a_batch == nb {
@@ -227,6 +229,7 @@ pub(crate) fn gemm_f32(
         let tail = epi.offset(rows.start);
         let c = &mut y[rows.start * n..rows.end * n];
         mm::gemm(&pa, bop, c, n, init, &tail, true)?;
+        pa.recycle();
     }
     Ok(y)
 }

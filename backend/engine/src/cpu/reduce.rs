@@ -122,11 +122,14 @@ pub(crate) fn arg_reduce(x: &[f64], shape: &[usize], axis: usize, max: bool, las
 
 /// Softmax / LogSoftmax of f32 data over `[outer, d, inner]`.
 pub(crate) fn softmax_f32(x: &[f32], outer: usize, d: usize, inner: usize, log: bool) -> Vec<f32> {
-    let mut out = x.to_vec();
-    if d == 0 {
+    // a reused buffer: attention's probabilities are megabytes, faulted in afresh on every run
+    // otherwise; every value is written below
+    let mut out = crate::cpu::arena::take(x.len());
+    if d == 0 || x.is_empty() {
+        out.copy_from_slice(x);
         return out;
     }
-    let body = |blk: &mut [f32]| {
+    let strided = |blk: &mut [f32]| {
         for i in 0..inner {
             let mut m = f32::NEG_INFINITY;
             for k in 0..d {
@@ -154,72 +157,67 @@ pub(crate) fn softmax_f32(x: &[f32], outer: usize, d: usize, inner: usize, log: 
         }
     };
     let isa = crate::cpu::simd::isa();
-    let rows = |blk: &mut [f32]| {
+    let block = d * inner;
+    let run = |(src, dst): (&[f32], &mut [f32])| {
         if inner == 1 {
-            softmax_rows(isa, blk, d, log);
+            softmax_rows(isa, src, dst, d, log);
         } else {
-            blk.chunks_mut(d * inner).for_each(body);
+            dst.copy_from_slice(src);
+            dst.chunks_mut(block).for_each(strided);
         }
     };
-    if outer * d * inner >= 1 << 14 {
-        let per = ((1 << 12) / (d * inner)).max(1);
-        out.par_chunks_mut(per * d * inner).for_each(rows);
+    if outer * block >= 1 << 14 {
+        let per = ((1 << 12) / block).max(1) * block;
+        x.par_chunks(per).zip(out.par_chunks_mut(per)).for_each(run);
     } else {
-        rows(&mut out);
+        run((x, &mut out));
     }
     out
 }
 
-/// Softmax of contiguous rows of `d` values, with the vectorising exp of `cpu::fastmath` and
-/// 8-lane partial max and sum.
+/// Softmax of contiguous rows of `d` values from `src` into `dst`, with the vectorising exp of
+/// `cpu::fastmath`; max and sum kept in 16 partial lanes, each pass a plain loop LLVM vectorises.
 #[inline(always)]
-fn softmax_rows_body<const FMA: bool>(blk: &mut [f32], d: usize, log: bool) {
-    for row in blk.chunks_exact_mut(d) {
-        let mut mx = [f32::NEG_INFINITY; 8];
-        let chunks = row.chunks_exact(8);
-        let mut m = chunks
+fn softmax_rows_body<const FMA: bool>(src: &[f32], dst: &mut [f32], d: usize, log: bool) {
+    const LANES: usize = 16;
+    for (row, out) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)) {
+        let chunks = row.chunks_exact(LANES);
+        let tail_max = chunks
             .remainder()
             .iter()
             .copied()
             .fold(f32::NEG_INFINITY, f32::max);
+        let mut mx = [f32::NEG_INFINITY; LANES];
         for c in chunks {
             for (a, &v) in mx.iter_mut().zip(c) {
                 *a = a.max(v);
             }
         }
-        m = mx.iter().copied().fold(m, f32::max);
-        let mut acc = [0f32; 8];
-        let mut tail = 0f32;
-        let mut chunks = row.chunks_exact_mut(8);
-        for c in &mut chunks {
-            for (a, v) in acc.iter_mut().zip(c.iter_mut()) {
-                let e = fastmath::exp::<FMA>(*v - m);
-                if !log {
-                    *v = e;
-                }
+        let m = mx.iter().copied().fold(tail_max, f32::max);
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = fastmath::exp::<FMA>(v - m);
+        }
+        let chunks = out.chunks_exact(LANES);
+        let tail_sum: f32 = chunks.remainder().iter().sum();
+        let mut acc = [0f32; LANES];
+        for c in chunks {
+            for (a, &e) in acc.iter_mut().zip(c) {
                 *a += e;
             }
         }
-        for v in chunks.into_remainder() {
-            let e = fastmath::exp::<FMA>(*v - m);
-            if !log {
-                *v = e;
-            }
-            tail += e;
-        }
-        let s = acc.iter().sum::<f32>() + tail;
+        let s = acc.iter().sum::<f32>() + tail_sum;
         if log {
             let shift = m + s.ln();
-            row.iter_mut().for_each(|v| *v -= shift);
+            out.iter_mut().zip(row).for_each(|(o, &v)| *o = v - shift);
         } else {
             let inv = 1.0 / s;
-            row.iter_mut().for_each(|v| *v *= inv);
+            out.iter_mut().for_each(|v| *v *= inv);
         }
     }
 }
 
 multiversion! {
-    fn softmax_rows(blk: &mut [f32], d: usize, log: bool) = softmax_rows_body;
+    fn softmax_rows(src: &[f32], dst: &mut [f32], d: usize, log: bool) = softmax_rows_body;
 }
 
 /// TopK along an axis: (values as f64, indices). Ties keep the lower index first.

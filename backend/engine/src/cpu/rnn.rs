@@ -183,6 +183,7 @@ fn run_dir(
             &NoTail,
             par,
         )?;
+        pa.recycle();
         let rt = MatRef {
             data: r,
             off: 0,
@@ -201,6 +202,7 @@ fn run_dir(
             };
             let ph = PackedA::pack(hm, batch, h, 1.0, isa)?;
             mm::gemm(&ph, BOp::Packed(&rt), pre, g, Init::Acc, &NoTail, par)?;
+            ph.recycle();
             lstm_cells(isa, pre, &mut ct, &mut ht, h);
             y[t * batch * h..(t + 1) * batch * h].copy_from_slice(&ht);
         }

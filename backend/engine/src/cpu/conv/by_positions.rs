@@ -121,6 +121,7 @@ pub(super) fn conv_by_positions(
             &NoTail,
             parallel,
         )?;
+        a.recycle();
         transpose_into(&by_position, out_len, g.m, dst);
         if !epi.is_empty() {
             let mut planes: Vec<&mut [f32]> = dst.chunks_exact_mut(out_len).collect();

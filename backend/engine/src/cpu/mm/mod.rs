@@ -12,11 +12,14 @@
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+mod pack_x86;
+
 #[cfg(test)]
 mod tests;
 
 use rayon::prelude::*;
 
+use crate::cpu::arena;
 use crate::cpu::epilogue::RowEpilogue;
 use crate::cpu::gemm::{MatRef, sgemm};
 use crate::cpu::padded::copy_row;
@@ -110,10 +113,17 @@ impl PackedA {
         } = a;
         let mr = geo(isa).mr;
         let panels = m.div_ceil(mr);
-        let mut data = vec![0f32; panels * mr * k];
+        // a reused buffer (an activation packed per call would otherwise be faulted in on every
+        // run): every value is written below, the last panel's padding rows included
+        let mut data = arena::take(panels * mr * k);
         let pack_panel = |p: usize, panel: &mut [f32]| {
             let rows = mr.min(m - p * mr);
             let first = off + p * mr * rs;
+            if rows < mr {
+                for step in panel.chunks_exact_mut(mr) {
+                    step[rows..].fill(0.0);
+                }
+            }
             if rs == 1 {
                 // column-major A: the panel's values of one k are contiguous
                 for (kk, step) in panel.chunks_exact_mut(mr).enumerate() {
@@ -123,6 +133,8 @@ impl PackedA {
                         .zip(col)
                         .for_each(|(d, &v)| *d = v * alpha);
                 }
+            } else if cs == 1 && rows == mr && pack_x86::rows_in_registers(isa, mr) {
+                pack_x86::rows8(isa, src, first, rs, k, alpha, panel);
             } else {
                 for i in 0..rows {
                     let row = first + i * rs;
@@ -158,6 +170,12 @@ impl PackedA {
     /// Rows of A.
     pub(crate) fn m(&self) -> usize {
         self.m
+    }
+
+    /// Hands the packed values back for reuse by later packs and kernels on this thread (for an
+    /// operand packed per call, once its product has run).
+    pub(crate) fn recycle(self) {
+        arena::give(self.data);
     }
 
     /// The instruction set A is packed for.

@@ -250,3 +250,47 @@ fn empty_depth_gives_init_plus_tail_and_bad_bounds_are_errors() {
         assert!(DenseB::new(bm, 4, 4).is_err());
     }
 }
+
+/// A row-major A (rows contiguous: the in-register transpose) and a column-major one (the
+/// element loop) pack to the same panels, `alpha` applied and the last panel's padding zeroed,
+/// even in a reused buffer full of NaN.
+#[test]
+fn packed_a_panels_hold_a_by_k_steps() {
+    for isa in all_available() {
+        if isa == Isa::Scalar {
+            continue; // the scalar path keeps A row-major
+        }
+        let mr = geo(isa).mr;
+        for (m, k) in [(8usize, 8usize), (19, 21), (16, 3), (5, 40), (200, 384)] {
+            for _ in 0..4 {
+                arena::give(vec![f32::NAN; m.div_ceil(mr) * mr * k + 1024]);
+            }
+            let a = det(m * k, 7);
+            let at: Vec<f32> = (0..m * k).map(|i| a[(i % m) * k + i / m]).collect();
+            let row_major = MatRef {
+                data: &a,
+                off: 0,
+                rs: k,
+                cs: 1,
+            };
+            let col_major = MatRef {
+                data: &at,
+                off: 0,
+                rs: 1,
+                cs: m,
+            };
+            let want: Vec<f32> = (0..m.div_ceil(mr) * mr * k)
+                .map(|i| {
+                    let (panel, at_panel) = (i / (mr * k), i % (mr * k));
+                    let (kk, row) = (at_panel / mr, panel * mr + at_panel % mr);
+                    if row < m { a[row * k + kk] * 0.5 } else { 0.0 }
+                })
+                .collect();
+            for (layout, src) in [("row-major", row_major), ("column-major", col_major)] {
+                let pa = PackedA::pack(src, m, k, 0.5, isa).unwrap();
+                assert_eq!(pa.data, want, "{isa:?} {layout} {m}×{k}");
+                pa.recycle();
+            }
+        }
+    }
+}
