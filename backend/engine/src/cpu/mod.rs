@@ -29,6 +29,7 @@ mod split;
 pub(crate) mod suppress;
 #[cfg(test)]
 mod test_data;
+mod transpose;
 pub(crate) mod weights;
 
 use std::sync::Arc;

@@ -12,8 +12,6 @@
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-mod pack_x86;
-
 #[cfg(test)]
 mod tests;
 
@@ -24,6 +22,7 @@ use crate::cpu::epilogue::RowEpilogue;
 use crate::cpu::gemm::{MatRef, sgemm};
 use crate::cpu::padded::copy_row;
 use crate::cpu::simd::Isa;
+use crate::cpu::transpose;
 use crate::error::{EngineError, Result};
 
 /// How C starts before `A·B` is added.
@@ -133,8 +132,9 @@ impl PackedA {
                         .zip(col)
                         .for_each(|(d, &v)| *d = v * alpha);
                 }
-            } else if cs == 1 && rows == mr && pack_x86::rows_in_registers(isa, mr) {
-                pack_x86::rows8(isa, src, first, rs, k, alpha, panel);
+            } else if cs == 1 && rows == mr && mr == transpose::ROWS && isa != Isa::Scalar {
+                // a row-major activation: 8 × 8 blocks transposed in registers
+                transpose::rows8(isa, src, first, rs, k, alpha, panel, mr);
             } else {
                 for i in 0..rows {
                     let row = first + i * rs;
