@@ -357,6 +357,26 @@ fn conv_isa(
     epi: &Epi<'_>,
     packed: Option<&PackedFilters>,
 ) -> Result<Vec<f32>> {
+    if g.in_sp.len() == 1 {
+        // A 1-D convolution (audio encoders' front ends) is the 2-D one of a single row: it then
+        // takes the padded-plane im2col and the depthwise kernel instead of the generic N-d path.
+        let in_sp = [1, g.in_sp[0]];
+        let out_sp = [1, g.out_sp[0]];
+        let kernel = [1, g.kernel[0]];
+        let strides = [1, g.strides[0]];
+        let pads = [0, g.pads[0], 0, g.pads[1]];
+        let dilations = [1, g.dilations[0]];
+        let row = ConvGeom {
+            in_sp: &in_sp,
+            out_sp: &out_sp,
+            kernel: &kernel,
+            strides: &strides,
+            pads: &pads,
+            dilations: &dilations,
+            ..*g
+        };
+        return conv_isa(isa, x, w, bias, &row, epi, packed);
+    }
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();

@@ -210,18 +210,91 @@ fn convolutions_match_a_direct_loop_on_every_instruction_set() {
             run(isa, cs, false, false);
             run(isa, cs, false, true);
         }
-        // N-d path (im2col built): a 1-D convolution
-        run(
-            isa,
-            &Case {
-                h: 1,
-                k: [1, 3],
+        // 1-D convolutions, run as 2-D ones of a single row: grouped, strided (an audio front
+        // end), dilated, depthwise
+        let one_d = [
+            Case {
                 p: [0, 1, 0, 2],
                 ..case(2, 4, 1, 20, 6, 3, 2, 1, 1, 2)
             },
-            true,
-            false,
-        );
+            Case {
+                p: [0, 1, 0, 1],
+                ..case(1, 16, 1, 40, 24, 3, 2, 1, 1, 1)
+            },
+            Case {
+                p: [0, 2, 0, 2],
+                ..case(1, 5, 1, 33, 7, 3, 1, 2, 2, 1)
+            },
+            Case {
+                p: [0, 2, 0, 2],
+                ..case(2, 8, 1, 30, 8, 5, 1, 2, 1, 8)
+            },
+        ];
+        for cs in &one_d {
+            run(
+                isa,
+                &Case {
+                    h: 1,
+                    k: [1, cs.k[1]],
+                    s: [1, cs.s[1]],
+                    d: [1, cs.d[1]],
+                    ..*cs
+                },
+                true,
+                false,
+            );
+        }
+    }
+}
+
+/// The N-d path (im2col built) against the 2-D one: the same convolution with a leading axis of 1.
+#[test]
+fn convolutions_3d_match_the_2d_path() {
+    // (c, m, h, w, k, s, p [top, left, bottom, right], d, group)
+    let cases = [
+        (4, 6, 9, 7, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        (6, 4, 8, 8, [3, 2], [2, 1], [1, 0, 1, 2], [1, 2], 2),
+    ];
+    for isa in all_available() {
+        for (c, m, h, w, k, s, p, d, group) in cases {
+            let o = |i: usize, n: usize| (n + p[i] + p[i + 2] - d[i] * (k[i] - 1) - 1) / s[i] + 1;
+            let (oh, ow) = (o(0, h), o(1, w));
+            let x = det(2 * c * h * w, 7);
+            let wt = det(m * (c / group) * k[0] * k[1], 8);
+            let bias = det(m, 9);
+            let two = ConvGeom {
+                n: 2,
+                c,
+                m,
+                group,
+                in_sp: &[h, w],
+                out_sp: &[oh, ow],
+                kernel: &k,
+                strides: &s,
+                pads: &p,
+                dilations: &d,
+            };
+            let three = ConvGeom {
+                in_sp: &[1, h, w],
+                out_sp: &[1, oh, ow],
+                kernel: &[1, k[0], k[1]],
+                strides: &[1, s[0], s[1]],
+                pads: &[0, p[0], p[1], 0, p[2], p[3]],
+                dilations: &[1, d[0], d[1]],
+                ..two
+            };
+            let e = Epilogue { steps: vec![] };
+            let epi = Epi::with_isa(&e, &[], &[2, m, oh, ow], 2, isa).unwrap();
+            let a = conv_isa(isa, &x, &wt, Some(&bias), &two, &epi, None).unwrap();
+            let b = conv_isa(isa, &x, &wt, Some(&bias), &three, &epi, None).unwrap();
+            assert_eq!(a.len(), 2 * m * oh * ow);
+            for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    (p - q).abs() <= 1e-5 * (1.0 + q.abs()),
+                    "{isa:?} c={c} m={m} at {i}: {p} vs {q}"
+                );
+            }
+        }
     }
 }
 
