@@ -29,9 +29,26 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
     if n == 0 {
         return Vec::new();
     }
+    let mut res = vec![src[base as usize].clone(); n];
+    strided_gather_into(src, base, out, strides, &mut res);
+    res
+}
+
+/// [`strided_gather`] into `res` (as many values as `out` has; every one is written).
+pub(crate) fn strided_gather_into<T: Clone + Send + Sync>(
+    src: &[T],
+    base: isize,
+    out: &[usize],
+    strides: &[isize],
+    res: &mut [T],
+) {
     let r = out.len();
+    if res.is_empty() {
+        return;
+    }
     if r == 0 {
-        return vec![src[base as usize].clone()];
+        res[0] = src[base as usize].clone();
+        return;
     }
     let inner = out[r - 1];
     let is = strides[r - 1];
@@ -56,11 +73,10 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
             }
         }
     };
-    let mut res = vec![src[base as usize].clone(); n];
     if inner == 0 {
-        return res;
+        return;
     }
-    if n >= PAR_MIN {
+    if res.len() >= PAR_MIN {
         let per = ((1 << 13) / inner).max(1);
         res.par_chunks_mut(per * inner)
             .enumerate()
@@ -74,7 +90,6 @@ pub(crate) fn strided_gather<T: Clone + Send + Sync>(
             .enumerate()
             .for_each(|(ri, dst)| row(ri, dst));
     }
-    res
 }
 
 pub(crate) fn transpose<T: Clone + Send + Sync>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
@@ -82,6 +97,54 @@ pub(crate) fn transpose<T: Clone + Send + Sync>(x: &[T], shape: &[usize], perm: 
     let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let s: Vec<isize> = perm.iter().map(|&p| st[p] as isize).collect();
     strided_gather(x, 0, &out, &s)
+}
+
+/// [`transpose`] of f32 data into a reused buffer (attention's transposes are hundreds of KiB, each
+/// faulted in afresh otherwise). When the two last axes swap (a `[.., K, N]` matrix turned
+/// `[.., N, K]`), 8 × 8 blocks are transposed in registers instead of gathered value by value.
+pub(crate) fn transpose_f32(x: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
+    let n: usize = shape.iter().product();
+    let mut res = crate::cpu::arena::take(n);
+    let r = perm.len();
+    let swaps_last_two = r >= 2
+        && perm[r - 2] == r - 1
+        && perm[r - 1] == r - 2
+        && perm[..r - 2].iter().enumerate().all(|(i, &p)| p == i);
+    if swaps_last_two && n > 0 {
+        let (rows, cols) = (shape[r - 2], shape[r - 1]);
+        let isa = crate::cpu::simd::isa();
+        let matrices = n / (rows * cols);
+        let each = |(src, dst): (&[f32], &mut [f32])| transpose_matrix(isa, src, rows, cols, dst);
+        if n >= PAR_MIN && matrices > 1 {
+            x.par_chunks(rows * cols)
+                .zip(res.par_chunks_mut(rows * cols))
+                .for_each(each);
+        } else {
+            x.chunks(rows * cols)
+                .zip(res.chunks_mut(rows * cols))
+                .for_each(each);
+        }
+        return res;
+    }
+    let st = strides_of(shape);
+    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let s: Vec<isize> = perm.iter().map(|&p| st[p] as isize).collect();
+    strided_gather_into(x, 0, &out, &s, &mut res);
+    res
+}
+
+/// `dst[j·rows + i] = src[i·cols + j]`: 8 source rows at a time in registers, the rest by value.
+fn transpose_matrix(isa: crate::cpu::simd::Isa, src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    use crate::cpu::transpose::{ROWS, rows8};
+    let whole = rows - rows % ROWS;
+    for i0 in (0..whole).step_by(ROWS) {
+        rows8(isa, src, i0 * cols, cols, cols, 1.0, &mut dst[i0..], rows);
+    }
+    for i in whole..rows {
+        for j in 0..cols {
+            dst[j * rows + i] = src[i * cols + j];
+        }
+    }
 }
 
 pub(crate) fn expand<T: Clone + Send + Sync>(x: &[T], shape: &[usize], out: &[usize]) -> Vec<T> {
@@ -463,4 +526,35 @@ pub(crate) fn resize_f32(x: &[f32], shape: &[usize], out: &[usize], p: &ResizePa
             .for_each(|v| *v = p.extrapolation);
     }
     cur
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The f32 transpose (reused buffers full of NaN, register blocks when the last two axes
+    /// swap) against the generic gather, on shapes off the 8-row block.
+    #[test]
+    fn f32_transposes_match_the_generic_gather() {
+        let cases: [(&[usize], &[usize]); 6] = [
+            (&[197, 64], &[1, 0]),
+            (&[2, 6, 19, 21], &[0, 1, 3, 2]),
+            (&[1, 197, 6, 64], &[0, 2, 1, 3]),
+            (&[3, 8, 16], &[0, 2, 1]),
+            (&[4, 5, 6], &[2, 0, 1]),
+            (&[7, 1], &[1, 0]),
+        ];
+        for (shape, perm) in cases {
+            let n: usize = shape.iter().product();
+            for _ in 0..4 {
+                crate::cpu::arena::give(vec![f32::NAN; n.max(1024)]);
+            }
+            let x: Vec<f32> = (0..n).map(|v| v as f32).collect();
+            assert_eq!(
+                transpose_f32(&x, shape, perm),
+                transpose(&x, shape, perm),
+                "{shape:?} {perm:?}"
+            );
+        }
+    }
 }

@@ -479,7 +479,10 @@ fn cpu(
     match op {
         Op::Transpose { perm } => {
             let (x, sx) = arg(ins, 0)?;
-            one(map_same!(x, v => movement::transpose(v, sx, perm)))
+            match x {
+                Buf::F32(v) => one(Buf::F32(movement::transpose_f32(v, sx, perm))),
+                _ => one(map_same!(x, v => movement::transpose(v, sx, perm))),
+            }
         }
         Op::Concat { axis } => {
             let first = arg(ins, 0)?.0;
