@@ -114,7 +114,9 @@ pub(crate) fn transpose_f32(x: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f
         let (rows, cols) = (shape[r - 2], shape[r - 1]);
         let isa = crate::cpu::simd::isa();
         let matrices = n / (rows * cols);
-        let each = |(src, dst): (&[f32], &mut [f32])| transpose_matrix(isa, src, rows, cols, dst);
+        let each = |(src, dst): (&[f32], &mut [f32])| {
+            crate::cpu::transpose::columns(isa, src, rows, cols, 0..cols, dst)
+        };
         if n >= PAR_MIN && matrices > 1 {
             x.par_chunks(rows * cols)
                 .zip(res.par_chunks_mut(rows * cols))
@@ -131,20 +133,6 @@ pub(crate) fn transpose_f32(x: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f
     let s: Vec<isize> = perm.iter().map(|&p| st[p] as isize).collect();
     strided_gather_into(x, 0, &out, &s, &mut res);
     res
-}
-
-/// `dst[j·rows + i] = src[i·cols + j]`: 8 source rows at a time in registers, the rest by value.
-fn transpose_matrix(isa: crate::cpu::simd::Isa, src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    use crate::cpu::transpose::{ROWS, rows8};
-    let whole = rows - rows % ROWS;
-    for i0 in (0..whole).step_by(ROWS) {
-        rows8(isa, src, i0 * cols, cols, cols, 1.0, &mut dst[i0..], rows);
-    }
-    for i in whole..rows {
-        for j in 0..cols {
-            dst[j * rows + i] = src[i * cols + j];
-        }
-    }
 }
 
 pub(crate) fn expand<T: Clone + Send + Sync>(x: &[T], shape: &[usize], out: &[usize]) -> Vec<T> {

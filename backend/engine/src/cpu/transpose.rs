@@ -52,6 +52,28 @@ pub(crate) fn rows8(
     }
 }
 
+/// `dst[(j − j0)·rows + i] = src[i·cols + j]` for `j` in `columns` (`j0` its start): columns of a
+/// row-major `rows × cols` matrix written as rows, 8 source rows at a time in registers.
+pub(crate) fn columns(
+    isa: Isa,
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    columns: std::ops::Range<usize>,
+    dst: &mut [f32],
+) {
+    let (j0, width) = (columns.start, columns.len());
+    let whole = rows - rows % ROWS;
+    for i0 in (0..whole).step_by(ROWS) {
+        rows8(isa, src, i0 * cols + j0, cols, width, 1.0, &mut dst[i0..], rows);
+    }
+    for i in whole..rows {
+        for (jj, j) in columns.clone().enumerate() {
+            dst[jj * rows + i] = src[i * cols + j];
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
@@ -140,6 +162,31 @@ mod tests {
                     }
                     if j + 1 < k {
                         assert!(dst[j * ds + ROWS..(j + 1) * ds].iter().all(|v| v.is_nan()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn column_ranges_land_as_rows() {
+        for isa in all_available() {
+            for (rows, cols, range) in [
+                (49usize, 40usize, 0..40),
+                (49, 40, 16..33),
+                (5, 9, 2..9),
+                (16, 3, 1..2),
+            ] {
+                let src: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+                let mut dst = vec![f32::NAN; rows * range.len()];
+                columns(isa, &src, rows, cols, range.clone(), &mut dst);
+                for (jj, j) in range.clone().enumerate() {
+                    for i in 0..rows {
+                        assert_eq!(
+                            dst[jj * rows + i],
+                            src[i * cols + j],
+                            "{isa:?} {rows}×{cols} {range:?}"
+                        );
                     }
                 }
             }

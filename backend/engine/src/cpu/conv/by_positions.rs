@@ -17,7 +17,11 @@ use crate::cpu::gemm::MatRef;
 use crate::cpu::mm::{self, BOp, BSource, Init, PackedA, PackedB};
 use crate::cpu::padded::{PadPlane, Window};
 use crate::cpu::simd::Isa;
+use crate::cpu::transpose;
 use crate::error::Result;
+
+/// Output channels per task when the result is transposed back into planes.
+const CHANNELS_PER_TASK: usize = 64;
 
 use super::{ConvGeom, Im2col, fill_planes, im2col_taps};
 
@@ -122,10 +126,22 @@ pub(super) fn conv_by_positions(
             parallel,
         )?;
         a.recycle();
-        transpose_into(&by_position, out_len, g.m, dst);
-        if !epi.is_empty() {
-            let mut planes: Vec<&mut [f32]> = dst.chunks_exact_mut(out_len).collect();
-            epi.offset(ni * g.m).apply_rows(0, 0, &mut planes);
+        // back to channel planes, then the tail, a block of channels per task: on one image the
+        // product alone was split, and these two ran on one thread after it
+        let per = CHANNELS_PER_TASK.min(g.m).max(1);
+        let finish = |(block, planes): (usize, &mut [f32])| {
+            let c0 = block * per;
+            let channels = c0..c0 + planes.len() / out_len;
+            transpose::columns(isa, &by_position, out_len, g.m, channels, planes);
+            if !epi.is_empty() {
+                let mut rows: Vec<&mut [f32]> = planes.chunks_exact_mut(out_len).collect();
+                epi.offset(ni * g.m + c0).apply_rows(0, 0, &mut rows);
+            }
+        };
+        if parallel {
+            dst.par_chunks_mut(per * out_len).enumerate().for_each(finish);
+        } else {
+            dst.chunks_mut(per * out_len).enumerate().for_each(finish);
         }
         for buf in [pad, cols, by_position] {
             arena::give(buf);
@@ -145,39 +161,9 @@ pub(super) fn conv_by_positions(
     }
 }
 
-/// `dst` (cols × rows) = the transpose of `src` (rows × cols), both row-major; 16 columns of
-/// `src` at a time, so that each pass reads whole cache lines and writes 16 short runs.
-fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    const BLOCK: usize = 16;
-    let mut j0 = 0;
-    while j0 < cols {
-        let width = BLOCK.min(cols - j0);
-        for i in 0..rows {
-            let from = &src[i * cols + j0..][..width];
-            for (jj, &v) in from.iter().enumerate() {
-                dst[(j0 + jj) * rows + i] = v;
-            }
-        }
-        j0 += width;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transposes_blocks_and_ragged_edges() {
-        let (rows, cols) = (5, 37);
-        let src: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
-        let mut dst = vec![f32::NAN; rows * cols];
-        transpose_into(&src, rows, cols, &mut dst);
-        for i in 0..rows {
-            for j in 0..cols {
-                assert_eq!(dst[j * rows + i], src[i * cols + j], "({i}, {j})");
-            }
-        }
-    }
 
     const ONES: [usize; 2] = [1, 1];
     const NO_PADS: [usize; 4] = [0; 4];

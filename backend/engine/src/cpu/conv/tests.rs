@@ -204,6 +204,9 @@ fn convolutions_match_a_direct_loop_on_every_instruction_set() {
         case(2, 20, 7, 7, 48, 1, 1, 0, 1, 1),
         case(1, 24, 13, 13, 64, 1, 2, 0, 1, 1),
         case(2, 9, 10, 10, 112, 3, 2, 1, 1, 1),
+        // one image, channels over several blocks of the parallel transpose back into planes
+        case(1, 16, 7, 7, 208, 1, 1, 0, 1, 1),
+        case(1, 8, 9, 9, 144, 3, 2, 1, 1, 1),
     ];
     for isa in all_available() {
         for cs in &cases {
