@@ -583,7 +583,8 @@ fn cpu(
             let (scale, ss) = arg(ins, 1)?;
             let layout = Layout::new(xs, ss, *axis as usize, *block_size, "x_scale")?;
             let zp = optional_ints(ins, 2, "x_zero_point")?;
-            let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout);
+            let narrow = !matches!(x, Buf::I32(_));
+            let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout, narrow);
             Ok(vec![back(out0.0, y)])
         }
         QuantOp::DynamicQuantizeLinear => {
