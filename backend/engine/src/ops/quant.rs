@@ -604,16 +604,16 @@ fn cpu(
             let y_zp = first_int(arg(ins, 7)?.0)?;
             let (m, n) = (acc.shape.m, acc.shape.n);
             let range = int_range(out0.0)?;
-            let y = acc
-                .values
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| {
-                    let (r, c) = ((i / n) % m, i % n);
-                    let mult = per(&a_scale, r) * per(&b_scale, c) / y_scale;
-                    linear::quantize_one(v as f32 * mult, 1.0, y_zp, range)
-                })
-                .collect();
+            let mut y = vec![0i32; acc.values.len()];
+            let rows = acc.values.chunks(n.max(1)).zip(y.chunks_mut(n.max(1)));
+            let mut mults = vec![0f32; n];
+            for (i, (acc_row, y_row)) in rows.enumerate() {
+                let r = i % m;
+                for (c, mult) in mults.iter_mut().enumerate() {
+                    *mult = per(&a_scale, r) * per(&b_scale, c) / y_scale;
+                }
+                linear::requantize(acc_row, y_row, 0, &mults, y_zp, range);
+            }
             Ok(vec![int_buf(out0.0, y)?])
         }
         QuantOp::ConvInteger(win) => {
@@ -634,16 +634,13 @@ fn cpu(
                 .transpose()?;
             let range = int_range(out0.0)?;
             let mults: Vec<f32> = (0..acc.m).map(|m| x_scale * per(&w_scale, m) / y_scale).collect();
-            let y = acc
-                .values
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| {
-                    let m = (i / acc.out_size) % acc.m;
-                    let v = v.wrapping_add(bias.as_ref().map_or(0, |b| b[m]));
-                    linear::quantize_one(v as f32 * mults[m], 1.0, y_zp, range)
-                })
-                .collect();
+            let mut y = vec![0i32; acc.values.len()];
+            let size = acc.out_size.max(1);
+            for (i, (acc_plane, y_plane)) in acc.values.chunks(size).zip(y.chunks_mut(size)).enumerate() {
+                let m = i % acc.m;
+                let b = bias.as_ref().map_or(0, |b| b[m]);
+                linear::requantize(acc_plane, y_plane, b, &mults[m..m + 1], y_zp, range);
+            }
             Ok(vec![int_buf(out0.0, y)?])
         }
     }

@@ -185,6 +185,52 @@ fn dequantize_lanes<const FMA: bool>(x: &[i32], y: &mut [f32], scale: f32, zero_
     }
 }
 
+simd::multiversion! {
+    /// QLinearConv's and QLinearMatMul's output: `y[i] = quantize_one((acc[i] + bias) · mult[i],
+    /// 1, zero_point, range)` (the bias added with i32 wrapping), `mult` one value or one per
+    /// element, in vector lanes.
+    fn requantize_run(
+        acc: &[i32],
+        y: &mut [i32],
+        bias: i32,
+        mult: &[f32],
+        zero_point: i32,
+        range: (i32, i32),
+    ) = requantize_lanes;
+}
+
+#[inline(always)]
+fn requantize_lanes<const FMA: bool>(
+    acc: &[i32],
+    y: &mut [i32],
+    bias: i32,
+    mult: &[f32],
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    if let [m] = mult {
+        for (o, &v) in y.iter_mut().zip(acc) {
+            *o = quantize_one(v.wrapping_add(bias) as f32 * m, 1.0, zero_point, range);
+        }
+    } else {
+        for ((o, &v), &m) in y.iter_mut().zip(acc).zip(mult) {
+            *o = quantize_one(v.wrapping_add(bias) as f32 * m, 1.0, zero_point, range);
+        }
+    }
+}
+
+/// [`requantize_run`] with the CPU kernels' instruction set.
+pub(crate) fn requantize(
+    acc: &[i32],
+    y: &mut [i32],
+    bias: i32,
+    mult: &[f32],
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    requantize_run(simd::isa(), acc, y, bias, mult, zero_point, range);
+}
+
 /// QuantizeLinear: `x` with `scale` and `zero_point` laid out by `layout`, saturated to `range`.
 pub(crate) fn quantize(
     x: &[f32],

@@ -42,7 +42,9 @@ pub(crate) fn conv_q(
     let (cg, mg) = (g.c / g.group, g.m / g.group);
     let rows = cg * k_size;
     let mut y = vec![0i32; g.n * g.m * out_size];
-    let taps = Taps::new(g);
+    // a 1×1 convolution with unit strides and no padding reads the image as it is
+    let pointwise = k_size == 1 && g.strides.iter().all(|&s| s == 1) && g.pad_begin.iter().all(|&p| p == 0);
+    let taps = (!pointwise).then(|| Taps::new(g));
     // padding holds the zero point's code, so that it adds nothing once centred
     let pad = x_zp as u8;
     let x_bits = x.bits();
@@ -53,8 +55,13 @@ pub(crate) fn conv_q(
                 PackedRight::pack_rows(kernel, rows, out_size, x.signed(), filters.signed(), |p, dst| {
                     let (ci, kp) = (p / k_size, p % k_size);
                     let xc = &x_bits[x0 + ci * in_size..x0 + (ci + 1) * in_size];
-                    for (d, src) in dst.iter_mut().zip(taps.sources(kp)) {
-                        *d = src.map_or(pad, |s| xc[s]);
+                    match &taps {
+                        None => dst.copy_from_slice(xc),
+                        Some(taps) => {
+                            for (d, src) in dst.iter_mut().zip(taps.sources(kp)) {
+                                *d = src.map_or(pad, |s| xc[s]);
+                            }
+                        }
                     }
                 });
             let zp = if w_zp.len() == 1 {

@@ -186,7 +186,8 @@ pub(crate) struct PackedRight {
     signed: bool,
     /// what the stored codes add to the original ones (±128 when flipped, else 0)
     shift: i32,
-    data: Vec<u8>,
+    /// 4-byte lanes (one column's 4 k), stored as u32 so that a lane is written at once
+    data: Vec<u32>,
     /// the sum of each column's stored codes
     sums: Vec<i32>,
 }
@@ -211,16 +212,42 @@ impl PackedRight {
             (true, false) => (0x80, -128),
         };
         let read_signed = !left_signed;
-        let mut data = vec![0u8; n.div_ceil(nr) * panel];
+        let mut data = vec![0u32; n.div_ceil(nr) * panel / 4];
         let mut sums = vec![0i32; n];
-        let mut buf = vec![0u8; n];
-        for p in 0..k {
-            row(p, &mut buf);
-            let (g, t) = (p / 4, p % 4);
-            for (j, (&b, sum)) in buf.iter().zip(&mut sums).enumerate() {
-                let b = b ^ mask;
-                data[(j / nr) * panel + g * nr * 4 + (j % nr) * 4 + t] = b;
-                *sum += value(b, read_signed);
+        // one k group's rows at a time, interleaved into 4-byte lanes (rows past k stay zero)
+        let mut rows = vec![0u8; 4 * n];
+        for g in 0..groups {
+            for t in 0..4 {
+                let r = &mut rows[t * n..(t + 1) * n];
+                let p = 4 * g + t;
+                if p >= k {
+                    r.fill(0);
+                    continue;
+                }
+                row(p, r);
+                r.iter_mut().for_each(|b| *b ^= mask);
+                if read_signed {
+                    sums.iter_mut()
+                        .zip(&*r)
+                        .for_each(|(s, &b)| *s += i32::from(b as i8));
+                } else {
+                    sums.iter_mut().zip(&*r).for_each(|(s, &b)| *s += i32::from(b));
+                }
+            }
+            let (r0, rest) = rows.split_at(n);
+            let (r1, rest) = rest.split_at(n);
+            let (r2, r3) = rest.split_at(n);
+            for (q, panel_data) in data.chunks_exact_mut(panel / 4).enumerate() {
+                let j = q * nr..(q * nr + nr).min(n);
+                let dst = &mut panel_data[g * nr..][..j.len()];
+                let src = r0[j.clone()]
+                    .iter()
+                    .zip(&r1[j.clone()])
+                    .zip(&r2[j.clone()])
+                    .zip(&r3[j]);
+                for (d, (((&a, &b), &c), &e)) in dst.iter_mut().zip(src) {
+                    *d = u32::from_le_bytes([a, b, c, e]);
+                }
             }
         }
         PackedRight {
@@ -335,7 +362,7 @@ fn block(
     let lp = &l.data[p * groups * mr * 4..(p + 1) * groups * mr * 4];
     let mut tile = [0i32; TILE];
     for q in qs {
-        let rp = &r.data[q * groups * nr * 4..(q + 1) * groups * nr * 4];
+        let rp: &[u8] = bytemuck::cast_slice(&r.data[q * groups * nr..(q + 1) * groups * nr]);
         run_tile(l.kernel, !l.signed, groups, lp, rp, &mut tile);
         let (jq, cols) = (q * nr, nr.min(r.n - q * nr));
         for (ii, out) in rows.chunks_mut(ld).enumerate() {
