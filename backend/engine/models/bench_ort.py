@@ -56,9 +56,10 @@ def main():
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     manifest = json.load(open(os.path.join(a.dir, "manifest.json")))
-    detector = os.path.join(a.dir, "detector.json")
-    if os.path.exists(detector):
-        manifest.update(json.load(open(detector)))
+    for side in ("detector.json", "quantized.json"):
+        path = os.path.join(a.dir, side)
+        if os.path.exists(path):
+            manifest.update(json.load(open(path)))
     rng = np.random.default_rng(0)
     for name, spec in manifest.items():
         if a.only and name not in a.only.split(","):

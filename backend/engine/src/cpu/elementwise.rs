@@ -636,6 +636,12 @@ pub(crate) fn cast(x: &Buf, to: DataType) -> Result<Buf> {
         };
         return Ok(Buf::Str(v));
     }
+    // The integer products' accumulators become floats (a ConvInteger's or MatMulInteger's Cast in
+    // `quantize_dynamic` models): converted directly, in vector lanes. Both conversions round the
+    // same integer to nearest, so this equals the i128 path below.
+    if let (Buf::I32(v), DataType::F32) = (x, to) {
+        return Ok(Buf::F32(v.iter().map(|&a| a as f32).collect()));
+    }
     // integer → integer keeps exactness through i128
     let int_src: Option<Vec<i128>> = match x {
         Buf::I8(v) => Some(v.iter().map(|&a| a as i128).collect()),
@@ -696,6 +702,23 @@ pub(crate) fn cast(x: &Buf, to: DataType) -> Result<Buf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn int32_to_float_rounds_as_the_exact_path_does() {
+        let v = vec![
+            0,
+            1,
+            -1,
+            16_777_217,
+            -16_777_219,
+            2_147_483_647,
+            -2_147_483_648,
+            123_456_789,
+        ];
+        let got = cast(&Buf::I32(v.clone()), DataType::F32).unwrap();
+        let want: Vec<f32> = v.iter().map(|&a| i128::from(a) as f32).collect();
+        assert!(matches!(got, Buf::F32(ref g) if *g == want), "{got:?}");
+    }
 
     /// Every output element from its multi-index, the slow way.
     fn naive(a: &[f32], sa: &[usize], b: &[f32], sb: &[usize], out: &[usize]) -> Vec<f32> {

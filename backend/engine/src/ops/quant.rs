@@ -9,6 +9,8 @@ use super::chain::Chain;
 use super::prelude::*;
 use crate::cpu::quant::igemm::{self, ConvGeom};
 use crate::cpu::quant::linear::{self, Layout, int_buf, int_range, ints};
+use crate::cpu::quant::qconv::{PackedFilters, conv_q};
+use crate::cpu::quant::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm};
 use crate::ir::{AutoPad, ConvWindow, QuantOp, UnaryOp};
 use crate::wgpu::kernels::quant::{self as gpu_quant, IconvGeom, IgemmShape, ParamLayout, ScaleIndex};
 
@@ -581,7 +583,8 @@ fn cpu(
             let (scale, ss) = arg(ins, 1)?;
             let layout = Layout::new(xs, ss, *axis as usize, *block_size, "x_scale")?;
             let zp = optional_ints(ins, 2, "x_zero_point")?;
-            let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout);
+            let narrow = !matches!(x, Buf::I32(_));
+            let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout, narrow);
             Ok(vec![back(out0.0, y)])
         }
         QuantOp::DynamicQuantizeLinear => {
@@ -601,16 +604,16 @@ fn cpu(
             let y_zp = first_int(arg(ins, 7)?.0)?;
             let (m, n) = (acc.shape.m, acc.shape.n);
             let range = int_range(out0.0)?;
-            let y = acc
-                .values
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| {
-                    let (r, c) = ((i / n) % m, i % n);
-                    let mult = per(&a_scale, r) * per(&b_scale, c) / y_scale;
-                    linear::quantize_one(v as f32 * mult, 1.0, y_zp, range)
-                })
-                .collect();
+            let mut y = vec![0i32; acc.values.len()];
+            let rows = acc.values.chunks(n.max(1)).zip(y.chunks_mut(n.max(1)));
+            let mut mults = vec![0f32; n];
+            for (i, (acc_row, y_row)) in rows.enumerate() {
+                let r = i % m;
+                for (c, mult) in mults.iter_mut().enumerate() {
+                    *mult = per(&a_scale, r) * per(&b_scale, c) / y_scale;
+                }
+                linear::requantize(acc_row, y_row, 0, &mults, y_zp, range);
+            }
             Ok(vec![int_buf(out0.0, y)?])
         }
         QuantOp::ConvInteger(win) => {
@@ -631,16 +634,13 @@ fn cpu(
                 .transpose()?;
             let range = int_range(out0.0)?;
             let mults: Vec<f32> = (0..acc.m).map(|m| x_scale * per(&w_scale, m) / y_scale).collect();
-            let y = acc
-                .values
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| {
-                    let m = (i / acc.out_size) % acc.m;
-                    let v = v.wrapping_add(bias.as_ref().map_or(0, |b| b[m]));
-                    linear::quantize_one(v as f32 * mults[m], 1.0, y_zp, range)
-                })
-                .collect();
+            let mut y = vec![0i32; acc.values.len()];
+            let size = acc.out_size.max(1);
+            for (i, (acc_plane, y_plane)) in acc.values.chunks(size).zip(y.chunks_mut(size)).enumerate() {
+                let m = i % acc.m;
+                let b = bias.as_ref().map_or(0, |b| b[m]);
+                linear::requantize(acc_plane, y_plane, b, &mults[m..m + 1], y_zp, range);
+            }
             Ok(vec![int_buf(out0.0, y)?])
         }
     }
@@ -685,9 +685,13 @@ fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4]) -> Result<MatMulAc
     let (a, sa) = arg(ins, ia)?;
     let (b, sb) = arg(ins, ib)?;
     let shape = MatMulShape::new(sa, sb)?;
-    let (m, k, n) = (shape.m, shape.k, shape.n);
     let zero_points = |i: usize| optional_ints(ins, i, "zero point");
     let (az, bz) = (zero_points(iaz)?, zero_points(ibz)?);
+    if let (Some(kernel), Some(ac), Some(bc)) = (QKernel::current(), codes(a), codes(b)) {
+        let values = matmul_codes(kernel, ac, bc, &shape, az.as_deref(), bz.as_deref());
+        return Ok(MatMulAcc { values, shape });
+    }
+    let (m, k, n) = (shape.m, shape.k, shape.n);
     let a = igemm::centred(&ints(a, "A")?, |i| {
         az.as_ref()
             .map_or(0, |z| z[if z.len() == 1 { 0 } else { (i / k) % m }])
@@ -708,6 +712,52 @@ fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4]) -> Result<MatMulAc
         );
     }
     Ok(MatMulAcc { values, shape })
+}
+
+/// An 8-bit buffer's codes (the integer products take UINT8 and INT8 only).
+fn codes(b: &Buf) -> Option<Codes<'_>> {
+    match b {
+        Buf::U8(v) => Some(Codes::u8(v)),
+        Buf::I8(v) => Some(Codes::i8(v)),
+        _ => None,
+    }
+}
+
+/// [`matmul_acc`] on the raw codes with [`qgemm`]: a's zero points one or one per row, b's one or
+/// one per column (absent = 0).
+fn matmul_codes(
+    kernel: QKernel,
+    a: Codes<'_>,
+    b: Codes<'_>,
+    shape: &MatMulShape,
+    az: Option<&[i32]>,
+    bz: Option<&[i32]>,
+) -> Vec<i32> {
+    let (m, k, n) = (shape.m, shape.k, shape.n);
+    let (za, zb) = (az.unwrap_or(&[0]), bz.unwrap_or(&[0]));
+    let pairs = shape.pairs();
+    let mut values = vec![0i32; pairs.len() * m * n];
+    let stacked = pairs.iter().enumerate().all(|(o, &(pa, pb))| pa == o && pb == 0);
+    if stacked {
+        // one b for every a matrix (a weight): one product with a's matrices stacked as rows
+        let rows = pairs.len() * m;
+        let l = PackedLeft::pack(kernel, a.slice(0..rows * k), rows, k);
+        let r = PackedRight::pack(kernel, b.slice(0..k * n), k, n, a.signed());
+        let zl: Vec<i32> = (0..if za.len() == 1 { 1 } else { rows })
+            .map(|i| za[i % za.len()])
+            .collect();
+        qgemm(&l, &r, &zl, zb, &mut values);
+        return values;
+    }
+    let mut packed_b: Vec<Option<PackedRight>> = vec![None; pairs.iter().map(|p| p.1 + 1).max().unwrap_or(0)];
+    for (o, (pa, pb)) in pairs.into_iter().enumerate() {
+        let l = PackedLeft::pack(kernel, a.slice(pa * m * k..(pa + 1) * m * k), m, k);
+        let r = packed_b[pb].get_or_insert_with(|| {
+            PackedRight::pack(kernel, b.slice(pb * k * n..(pb + 1) * k * n), k, n, a.signed())
+        });
+        qgemm(&l, r, za, zb, &mut values[o * m * n..(o + 1) * m * n]);
+    }
+    values
 }
 
 /// INT32 accumulators of a convolution: `[n, m, out…]` with m and the output's spatial size.
@@ -738,6 +788,15 @@ fn conv_acc(ins: &[In<'_>], win: &ConvWindow, [ix, iw, ixz, iwz]: [usize; 4]) ->
     let zero_points = |i: usize| optional_ints(ins, i, "zero point");
     let (xz, wz) = (zero_points(ixz)?, zero_points(iwz)?);
     let x_zp = xz.as_ref().and_then(|z| z.first().copied()).unwrap_or(0);
+    if let (Some(kernel), Some(xc), Some(wc)) = (QKernel::current(), codes(x), codes(w)) {
+        let filters = PackedFilters::pack(kernel, wc, geom.m, geom.group);
+        let values = conv_q(kernel, xc, x_zp, &filters, wz.as_deref().unwrap_or(&[0]), &geom);
+        return Ok(ConvAcc {
+            values,
+            m: geom.m,
+            out_size: geom.output.iter().product(),
+        });
+    }
     let per_filter: usize = sw[1..].iter().product();
     let x = igemm::centred(&ints(x, "x")?, |_| x_zp);
     let w = igemm::centred(&ints(w, "w")?, |i| {

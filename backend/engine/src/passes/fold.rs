@@ -1,8 +1,9 @@
 //! Constant folding and inlining of `If`s whose condition is a constant.
 
 use crate::error::Result;
-use crate::ir::{Graph, Op};
+use crate::ir::{Graph, Node, Op};
 use crate::ops::{InVal, Resolved, eval_host, resolve};
+use crate::tensor::Tensor;
 
 /// Evaluate nodes whose inputs are all constants (with the CPU kernels) and drop them.
 pub(crate) fn fold_constants(g: &mut Graph) -> Result<bool> {
@@ -19,34 +20,7 @@ pub(crate) fn fold_constants(g: &mut Graph) -> Result<bool> {
             keep.push(n);
             continue;
         }
-        let ins: Vec<Option<InVal<'_>>> = n
-            .inputs
-            .iter()
-            .map(|i| {
-                i.and_then(|i| g.constants.get(&i)).map(|t| InVal {
-                    dtype: t.dtype,
-                    shape: &t.shape,
-                    host: Some(t),
-                })
-            })
-            .collect();
-        let values = match resolve(&n.op, &ins, n.outputs.len()) {
-            Ok(Resolved::Host(v)) => v.into_iter().map(Some).collect::<Vec<_>>(),
-            Ok(Resolved::Alias(i)) => vec![ins[i].and_then(|v| v.host.cloned())],
-            Ok(Resolved::Op { op, inputs, outputs }) => {
-                let host: Vec<Option<&crate::tensor::Tensor>> = inputs
-                    .iter()
-                    .map(|k| k.and_then(|i| ins[i].and_then(|v| v.host)))
-                    .collect();
-                let wanted: Vec<bool> = n.outputs.iter().map(Option::is_some).collect();
-                match eval_host(&op, &host, &outputs, &wanted) {
-                    Ok(v) => v,
-                    Err(e) => return Err(e.context(format!("node '{}' ({})", n.name, n.op.name()))),
-                }
-            }
-            Err(e) => return Err(e.context(format!("node '{}' ({})", n.name, n.op.name()))),
-        };
-        drop(ins);
+        let values = evaluate(g, &n)?;
         for (o, t) in n.outputs.iter().zip(values) {
             if let (Some(o), Some(t)) = (o, t) {
                 g.values[o.0].dtype = Some(t.dtype);
@@ -58,6 +32,38 @@ pub(crate) fn fold_constants(g: &mut Graph) -> Result<bool> {
     }
     g.nodes = keep;
     Ok(changed)
+}
+
+/// The outputs of `n`, whose inputs are all constants, evaluated with the CPU kernels.
+pub(crate) fn evaluate(g: &Graph, n: &Node) -> Result<Vec<Option<Tensor>>> {
+    let ins: Vec<Option<InVal<'_>>> = n
+        .inputs
+        .iter()
+        .map(|i| {
+            i.and_then(|i| g.constants.get(&i)).map(|t| InVal {
+                dtype: t.dtype,
+                shape: &t.shape,
+                host: Some(t),
+            })
+        })
+        .collect();
+    let values = match resolve(&n.op, &ins, n.outputs.len()) {
+        Ok(Resolved::Host(v)) => v.into_iter().map(Some).collect::<Vec<_>>(),
+        Ok(Resolved::Alias(i)) => vec![ins[i].and_then(|v| v.host.cloned())],
+        Ok(Resolved::Op { op, inputs, outputs }) => {
+            let host: Vec<Option<&crate::tensor::Tensor>> = inputs
+                .iter()
+                .map(|k| k.and_then(|i| ins[i].and_then(|v| v.host)))
+                .collect();
+            let wanted: Vec<bool> = n.outputs.iter().map(Option::is_some).collect();
+            match eval_host(&op, &host, &outputs, &wanted) {
+                Ok(v) => v,
+                Err(e) => return Err(e.context(format!("node '{}' ({})", n.name, n.op.name()))),
+            }
+        }
+        Err(e) => return Err(e.context(format!("node '{}' ({})", n.name, n.op.name()))),
+    };
+    Ok(values)
 }
 
 /// Replace an `If` whose condition is a constant by the nodes of the branch it takes.

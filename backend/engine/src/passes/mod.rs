@@ -5,6 +5,7 @@ mod fold;
 mod fuse;
 mod hard_swish;
 mod patterns;
+pub(crate) mod qdq;
 mod silu;
 #[cfg(test)]
 mod tests;
@@ -17,6 +18,8 @@ pub type Pass = fn(&mut Graph) -> Result<bool>;
 
 /// The passes, in the order each round applies them.
 pub const PASSES: &[(&str, Pass)] = &[
+    // before folding turns the weights' DequantizeLinear into float constants
+    ("qdq_to_qlinear", qdq::qdq_to_qlinear),
     ("fold_constants", fold::fold_constants),
     ("inline_known_if", fold::inline_known_if),
     ("remove_identity", fuse::remove_identity),

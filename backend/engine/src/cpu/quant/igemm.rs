@@ -98,14 +98,14 @@ pub(crate) fn conv_i32(x: &[i16], w: &[i16], g: &ConvGeom) -> Vec<i32> {
 }
 
 /// For each kernel position and output position, the input offset it reads (`None` in padding).
-struct Taps {
+pub(super) struct Taps {
     /// `[kernel position][output position]`
     table: Vec<Option<usize>>,
     out_size: usize,
 }
 
 impl Taps {
-    fn new(g: &ConvGeom) -> Taps {
+    pub(super) fn new(g: &ConvGeom) -> Taps {
         let out_size: usize = g.output.iter().product();
         let k_size: usize = g.kernel.iter().product();
         let rank = g.input.len();
@@ -130,7 +130,7 @@ impl Taps {
         Taps { table, out_size }
     }
 
-    fn sources(&self, kernel_pos: usize) -> &[Option<usize>] {
+    pub(super) fn sources(&self, kernel_pos: usize) -> &[Option<usize>] {
         &self.table[kernel_pos * self.out_size..(kernel_pos + 1) * self.out_size]
     }
 }

@@ -6,6 +6,7 @@
 use std::ops::Range;
 
 use crate::cpu::Buf;
+use crate::cpu::simd;
 use crate::error::{EngineError, Result};
 use crate::tensor::DataType;
 
@@ -136,10 +137,98 @@ pub(crate) fn ints(b: &Buf, what: &str) -> Result<Vec<i32>> {
 }
 
 /// One quantized value: saturate(round_half_even(x / scale) + zero_point).
-#[inline]
+///
+/// The quotient is clamped to the range first, which gives the same result (the bounds are
+/// integers) and keeps it below 2²², where adding 1.5·2²³ rounds it half to even (the default
+/// rounding mode) into the low bits of the sum, read back as an integer. Neither
+/// `round_ties_even` (a libm call on the baseline target) nor the saturating `as i32` (a branch
+/// per value) keeps the loop in vector lanes. NaN gives 0, as onnxruntime's conversion does.
+#[inline(always)]
 pub(crate) fn quantize_one(x: f32, scale: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
-    // NaN saturates to 0 through `as`, as onnxruntime's conversion does.
-    ((x / scale).round_ties_even() + zero_point as f32).clamp(lo as f32, hi as f32) as i32
+    const SHIFT: f32 = 12_582_912.0; // 1.5 · 2²³: the sum's unit in the last place is 1
+    let (lo, hi) = ((lo - zero_point) as f32, (hi - zero_point) as f32);
+    let v = x / scale;
+    let v = if v < lo {
+        lo
+    } else if v > hi {
+        hi
+    } else if v.is_nan() {
+        // 0 once the zero point is added (every quantized type's range holds 0)
+        -(zero_point as f32)
+    } else {
+        v
+    };
+    ((v + SHIFT).to_bits() as i32 - SHIFT.to_bits() as i32) + zero_point
+}
+
+simd::multiversion! {
+    /// `y[i] = quantize_one(x[i], scale, zero_point, range)`, in vector lanes.
+    pub(crate) fn quantize_run(x: &[f32], y: &mut [i32], scale: f32, zero_point: i32, range: (i32, i32)) = quantize_lanes;
+}
+
+#[inline(always)]
+fn quantize_lanes<const FMA: bool>(x: &[f32], y: &mut [i32], scale: f32, zero_point: i32, range: (i32, i32)) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = quantize_one(v, scale, zero_point, range);
+    }
+}
+
+simd::multiversion! {
+    /// `y[i] = (x[i] − zero_point) · scale` for values whose difference fits i32, in vector lanes.
+    pub(crate) fn dequantize_run(x: &[i32], y: &mut [f32], scale: f32, zero_point: i32) = dequantize_lanes;
+}
+
+#[inline(always)]
+fn dequantize_lanes<const FMA: bool>(x: &[i32], y: &mut [f32], scale: f32, zero_point: i32) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = (v - zero_point) as f32 * scale;
+    }
+}
+
+simd::multiversion! {
+    /// QLinearConv's and QLinearMatMul's output: `y[i] = quantize_one((acc[i] + bias) · mult[i],
+    /// 1, zero_point, range)` (the bias added with i32 wrapping), `mult` one value or one per
+    /// element, in vector lanes.
+    fn requantize_run(
+        acc: &[i32],
+        y: &mut [i32],
+        bias: i32,
+        mult: &[f32],
+        zero_point: i32,
+        range: (i32, i32),
+    ) = requantize_lanes;
+}
+
+#[inline(always)]
+fn requantize_lanes<const FMA: bool>(
+    acc: &[i32],
+    y: &mut [i32],
+    bias: i32,
+    mult: &[f32],
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    if let [m] = mult {
+        for (o, &v) in y.iter_mut().zip(acc) {
+            *o = quantize_one(v.wrapping_add(bias) as f32 * m, 1.0, zero_point, range);
+        }
+    } else {
+        for ((o, &v), &m) in y.iter_mut().zip(acc).zip(mult) {
+            *o = quantize_one(v.wrapping_add(bias) as f32 * m, 1.0, zero_point, range);
+        }
+    }
+}
+
+/// [`requantize_run`] with the CPU kernels' instruction set.
+pub(crate) fn requantize(
+    acc: &[i32],
+    y: &mut [i32],
+    bias: i32,
+    mult: &[f32],
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    requantize_run(simd::isa(), acc, y, bias, mult, zero_point, range);
 }
 
 /// QuantizeLinear: `x` with `scale` and `zero_point` laid out by `layout`, saturated to `range`.
@@ -150,8 +239,14 @@ pub(crate) fn quantize(
     layout: Layout,
     range: (i32, i32),
 ) -> Vec<i32> {
+    let isa = simd::isa();
     let mut y = vec![0; x.len()];
     layout.runs(x.len(), |r, p, step| {
+        if step == 0 {
+            let z = zero_point.map_or(0, |z| z[p]);
+            quantize_run(isa, &x[r.clone()], &mut y[r], scale[p], z, range);
+            return;
+        }
         for (j, i) in r.enumerate() {
             let q = p + j * step;
             y[i] = quantize_one(x[i], scale[q], zero_point.map_or(0, |z| z[q]), range);
@@ -160,10 +255,24 @@ pub(crate) fn quantize(
     y
 }
 
-/// DequantizeLinear: (x - zero_point) · scale with the parameters laid out by `layout`.
-pub(crate) fn dequantize(x: &[i32], scale: &[f32], zero_point: Option<&[i32]>, layout: Layout) -> Vec<f32> {
+/// DequantizeLinear: (x - zero_point) · scale with the parameters laid out by `layout`. `narrow`
+/// says that x and the zero points come from a type of at most 16 bits, so that their difference
+/// fits i32; INT32 inputs take the difference in i64.
+pub(crate) fn dequantize(
+    x: &[i32],
+    scale: &[f32],
+    zero_point: Option<&[i32]>,
+    layout: Layout,
+    narrow: bool,
+) -> Vec<f32> {
+    let isa = simd::isa();
     let mut y = vec![0.0; x.len()];
     layout.runs(x.len(), |r, p, step| {
+        if step == 0 && narrow {
+            let z = zero_point.map_or(0, |z| z[p]);
+            dequantize_run(isa, &x[r.clone()], &mut y[r], scale[p], z);
+            return;
+        }
         for (j, i) in r.enumerate() {
             let q = p + j * step;
             // i64: an INT32 input minus its zero point may leave the i32 range.

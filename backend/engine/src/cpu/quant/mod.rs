@@ -3,6 +3,8 @@
 
 pub(crate) mod igemm;
 pub(crate) mod linear;
+pub(crate) mod qconv;
+pub(crate) mod qgemm;
 
 #[cfg(test)]
 mod tests;

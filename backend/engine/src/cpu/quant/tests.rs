@@ -1,7 +1,8 @@
 //! The quantization kernels against values worked out by hand from the ONNX definitions.
 
 use super::igemm::{ConvGeom, conv_i32, igemm};
-use super::linear::{Layout, dequantize, dynamic_quantize, quantize};
+use super::linear::{Layout, dequantize, dequantize_run, dynamic_quantize, quantize, quantize_run};
+use crate::cpu::simd::all_available;
 
 #[test]
 fn quantize_rounds_half_to_even_and_saturates() {
@@ -26,7 +27,7 @@ fn per_axis_and_blocked_layouts_pick_the_right_parameter() {
     // a ragged last block (3 columns, blocks of 2 → 2 blocks)
     let layout = Layout::new(&[1, 3], &[1, 2], 1, 2, "scale").unwrap();
     assert_eq!(
-        dequantize(&[1, 1, 1], &[1.0, 3.0], Some(&[0, 1]), layout),
+        dequantize(&[1, 1, 1], &[1.0, 3.0], Some(&[0, 1]), layout, true),
         [1.0, 1.0, 0.0]
     );
 }
@@ -45,7 +46,7 @@ fn layouts_refuse_parameters_that_do_not_fit_naming_the_expected_shape() {
 
 #[test]
 fn dequantize_int32_bias_leaves_no_overflow() {
-    let y = dequantize(&[i32::MAX, -5], &[0.5], Some(&[-5]), Layout::PerTensor);
+    let y = dequantize(&[i32::MAX, -5], &[0.5], Some(&[-5]), Layout::PerTensor, false);
     assert_eq!(y, [(i64::from(i32::MAX) + 5) as f32 * 0.5, 0.0]);
 }
 
@@ -99,4 +100,40 @@ fn conv_i32_pads_with_zero_and_honours_groups_strides_dilations() {
     // output (0,0) reads padded rows/cols -1 and 1: only x[1][1]; (0,1) reads cols 1 and 3 → x[1][1];
     // (1,1) reads rows 1,3 and cols 1,3 → x[1][1]; (1,0) likewise; channel 1 adds 9 to each.
     assert_eq!(y, [5, 5, 5, 5, 14, 14, 14, 14]);
+}
+
+#[test]
+fn vector_quantization_matches_the_definition_on_every_instruction_set() {
+    // ties at every half step, values past both ends, infinities and NaN, with a zero point
+    let mut x: Vec<f32> = (-700..700).map(|i| i as f32 * 0.25).collect();
+    x.extend([
+        1e30,
+        -1e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -0.0,
+        8_388_609.0,
+    ]);
+    for (scale, zp, range) in [
+        (0.5, 3, (0, 255)),
+        (0.25, -7, (-128, 127)),
+        (0.01, 100, (-32768, 32767)),
+    ] {
+        let want: Vec<i32> = x
+            .iter()
+            .map(|&v| {
+                ((v / scale).round_ties_even() + zp as f32).clamp(range.0 as f32, range.1 as f32) as i32
+            })
+            .collect();
+        for isa in all_available() {
+            let mut y = vec![0; x.len()];
+            quantize_run(isa, &x, &mut y, scale, zp, range);
+            assert_eq!(y, want, "{isa:?}, scale {scale}, zero point {zp}");
+            let mut back = vec![0.0; y.len()];
+            dequantize_run(isa, &y, &mut back, scale, zp);
+            let exact: Vec<f32> = y.iter().map(|&q| (q - zp) as f32 * scale).collect();
+            assert_eq!(back, exact, "{isa:?}");
+        }
+    }
 }

@@ -6,6 +6,7 @@
 mod hard_swish;
 mod long_chains;
 mod probes;
+mod qdq;
 mod silu;
 mod squeeze_excitation;
 

@@ -1,0 +1,420 @@
+//! The 8-bit integer product on the raw codes: `C[m×n] = Σ_k (L − zl)(R − zr)` with i32 results,
+//! computed as `Σ L·R − zr·ΣL − zl·ΣR + k·zl·zr`, so the kernel multiplies bytes as they are stored
+//! and the zero points are applied per row and column afterwards (wrapping i32 arithmetic, equal
+//! modulo 2³² to the reference's sum of centred products).
+//!
+//! The instructions multiply an unsigned byte by a signed one. The left operand keeps its type; the
+//! right one is read in the other type, its codes offset by 128 (the bit flip `^ 0x80`) when both
+//! operands have the same type, and the offset folded into its zero point.
+//!
+//! Both operands are packed into panels ([`PackedLeft`]: `MR` rows; [`PackedRight`]: `NR`
+//! columns) stored k group by k group, each row's or column's 4 consecutive k in one 32-bit lane,
+//! zero-padded to whole panels and groups (a zero byte adds nothing to a product), with the sums
+//! of each row and column. x86-64 only: elsewhere, and with `INFERGATE_CPU_ISA=scalar`, the
+//! callers run `igemm::igemm` on centred values.
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+use rayon::prelude::*;
+
+use crate::cpu::simd::Isa;
+
+/// Work (multiply-adds) below which a product runs on one thread.
+const PARALLEL_FROM: usize = 1 << 16;
+
+/// Column panels per task when the work is split by columns.
+const PANELS_PER_TASK: usize = 4;
+
+/// The micro-kernel a product runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum QKernel {
+    /// AVX-512 VNNI `vpdpbusd`, 8 × 32 tiles
+    Vnni,
+    /// AVX2 `vpmaddwd` on bytes widened to i16, 4 × 8 tiles
+    Avx2,
+}
+
+impl QKernel {
+    /// The kernel for the instruction set the CPU kernels use ([`crate::cpu::simd::isa`]).
+    pub(crate) fn current() -> Option<QKernel> {
+        QKernel::for_isa(crate::cpu::simd::isa())
+    }
+
+    /// The best kernel that `isa` allows on this CPU; `None` where only the scalar path runs.
+    pub(crate) fn for_isa(isa: Isa) -> Option<QKernel> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if isa == Isa::Avx512
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+            {
+                return Some(QKernel::Vnni);
+            }
+            if isa >= Isa::Avx2 {
+                return Some(QKernel::Avx2);
+            }
+        }
+        let _ = isa;
+        None
+    }
+
+    /// Rows of a left panel.
+    fn mr(self) -> usize {
+        match self {
+            QKernel::Vnni => 8,
+            QKernel::Avx2 => 4,
+        }
+    }
+
+    /// Columns of a right panel.
+    fn nr(self) -> usize {
+        match self {
+            QKernel::Vnni => 32,
+            QKernel::Avx2 => 8,
+        }
+    }
+}
+
+/// The largest tile any kernel computes.
+const TILE: usize = 8 * 32;
+
+// The panel geometry above is the micro-kernels'.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(
+    x86::MR_VNNI == 8 && x86::NR_VNNI == 32 && x86::MR_AVX2 == 4 && x86::NR_AVX2 == 8 && TILE >= 8 * 32
+);
+
+/// A matrix of 8-bit codes: their bytes and whether they are INT8 (else UINT8).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Codes<'a> {
+    bits: &'a [u8],
+    signed: bool,
+}
+
+impl<'a> Codes<'a> {
+    /// UINT8 codes.
+    pub(crate) fn u8(v: &'a [u8]) -> Codes<'a> {
+        Codes {
+            bits: v,
+            signed: false,
+        }
+    }
+
+    /// INT8 codes.
+    pub(crate) fn i8(v: &'a [i8]) -> Codes<'a> {
+        Codes {
+            bits: bytemuck::cast_slice(v),
+            signed: true,
+        }
+    }
+
+    /// Whether the codes are INT8.
+    pub(crate) fn signed(&self) -> bool {
+        self.signed
+    }
+
+    /// The codes' bytes (an INT8 code's two's complement).
+    pub(crate) fn bits(&self) -> &'a [u8] {
+        self.bits
+    }
+
+    /// The codes in `range`.
+    pub(crate) fn slice(&self, range: std::ops::Range<usize>) -> Codes<'a> {
+        Codes {
+            bits: &self.bits[range],
+            signed: self.signed,
+        }
+    }
+}
+
+/// The left operand `[m × k]`, packed: panels of `MR` rows, each k group of a panel `MR` lanes of
+/// 4 bytes. Its codes keep their type.
+#[derive(Debug, Clone)]
+pub(crate) struct PackedLeft {
+    kernel: QKernel,
+    m: usize,
+    k: usize,
+    signed: bool,
+    data: Vec<u8>,
+    /// the sum of each row's codes
+    sums: Vec<i32>,
+}
+
+impl PackedLeft {
+    /// Packs the row-major `[m × k]` matrix `a` (`a.bits.len() ≥ m·k`).
+    pub(crate) fn pack(kernel: QKernel, a: Codes<'_>, m: usize, k: usize) -> PackedLeft {
+        let (mr, groups) = (kernel.mr(), k.div_ceil(4));
+        let panel = groups * mr * 4;
+        let mut data = vec![0u8; m.div_ceil(mr) * panel];
+        let mut sums = vec![0i32; m];
+        for (i, (row, sum)) in a.bits[..m * k].chunks_exact(k.max(1)).zip(&mut sums).enumerate() {
+            let dst = &mut data[(i / mr) * panel..];
+            let lane = (i % mr) * 4;
+            for (g, quad) in row.chunks(4).enumerate() {
+                dst[g * mr * 4 + lane..][..quad.len()].copy_from_slice(quad);
+            }
+            *sum = row.iter().map(|&b| value(b, a.signed)).sum();
+        }
+        PackedLeft {
+            kernel,
+            m,
+            k,
+            signed: a.signed,
+            data,
+            sums,
+        }
+    }
+
+    /// Whether the codes are INT8 (the right operand is then read as UINT8).
+    pub(crate) fn signed(&self) -> bool {
+        self.signed
+    }
+}
+
+/// The right operand `[k × n]`, packed: panels of `NR` columns, each k group of a panel `NR` lanes
+/// of 4 bytes, in the type opposite to the left operand's ([`Codes`] flipped when needed).
+#[derive(Debug, Clone)]
+pub(crate) struct PackedRight {
+    kernel: QKernel,
+    k: usize,
+    n: usize,
+    /// the codes as read: INT8 when the left operand is UINT8
+    signed: bool,
+    /// what the stored codes add to the original ones (±128 when flipped, else 0)
+    shift: i32,
+    /// 4-byte lanes (one column's 4 k), stored as u32 so that a lane is written at once
+    data: Vec<u32>,
+    /// the sum of each column's stored codes
+    sums: Vec<i32>,
+}
+
+impl PackedRight {
+    /// Packs a `[k × n]` matrix of codes of type `signed`, for a left operand of type
+    /// `left_signed`: `row(p, dst)` writes row `p`'s `n` codes (their bytes) into `dst`.
+    pub(crate) fn pack_rows(
+        kernel: QKernel,
+        k: usize,
+        n: usize,
+        signed: bool,
+        left_signed: bool,
+        mut row: impl FnMut(usize, &mut [u8]),
+    ) -> PackedRight {
+        let (nr, groups) = (kernel.nr(), k.div_ceil(4));
+        let panel = groups * nr * 4;
+        let flip = signed == left_signed;
+        let (mask, shift) = match (flip, signed) {
+            (false, _) => (0u8, 0),
+            (true, true) => (0x80, 128),
+            (true, false) => (0x80, -128),
+        };
+        let read_signed = !left_signed;
+        let mut data = vec![0u32; n.div_ceil(nr) * panel / 4];
+        let mut sums = vec![0i32; n];
+        // one k group's rows at a time, interleaved into 4-byte lanes (rows past k stay zero)
+        let mut rows = vec![0u8; 4 * n];
+        for g in 0..groups {
+            for t in 0..4 {
+                let r = &mut rows[t * n..(t + 1) * n];
+                let p = 4 * g + t;
+                if p >= k {
+                    r.fill(0);
+                    continue;
+                }
+                row(p, r);
+                r.iter_mut().for_each(|b| *b ^= mask);
+                if read_signed {
+                    sums.iter_mut()
+                        .zip(&*r)
+                        .for_each(|(s, &b)| *s += i32::from(b as i8));
+                } else {
+                    sums.iter_mut().zip(&*r).for_each(|(s, &b)| *s += i32::from(b));
+                }
+            }
+            let (r0, rest) = rows.split_at(n);
+            let (r1, rest) = rest.split_at(n);
+            let (r2, r3) = rest.split_at(n);
+            for (q, panel_data) in data.chunks_exact_mut(panel / 4).enumerate() {
+                let j = q * nr..(q * nr + nr).min(n);
+                let dst = &mut panel_data[g * nr..][..j.len()];
+                let src = r0[j.clone()]
+                    .iter()
+                    .zip(&r1[j.clone()])
+                    .zip(&r2[j.clone()])
+                    .zip(&r3[j]);
+                for (d, (((&a, &b), &c), &e)) in dst.iter_mut().zip(src) {
+                    *d = u32::from_le_bytes([a, b, c, e]);
+                }
+            }
+        }
+        PackedRight {
+            kernel,
+            k,
+            n,
+            signed: read_signed,
+            shift,
+            data,
+            sums,
+        }
+    }
+
+    /// Packs the row-major `[k × n]` matrix `b` for a left operand of type `left_signed`.
+    pub(crate) fn pack(kernel: QKernel, b: Codes<'_>, k: usize, n: usize, left_signed: bool) -> PackedRight {
+        PackedRight::pack_rows(kernel, k, n, b.signed, left_signed, |p, dst| {
+            dst.copy_from_slice(&b.bits[p * n..(p + 1) * n]);
+        })
+    }
+}
+
+/// The value of a code's byte.
+#[inline]
+fn value(b: u8, signed: bool) -> i32 {
+    if signed { i32::from(b as i8) } else { i32::from(b) }
+}
+
+/// `c[m×n] = Σ_k (l − zl)(r − zr)`: `zl` one zero point or one per row, `zr` one or one per column,
+/// in the operands' own codes. `c` holds at least m·n values.
+///
+/// # Panics
+/// When the operands were packed for different kernels, or their k or types do not fit.
+pub(crate) fn qgemm(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32]) {
+    assert!(
+        l.kernel == r.kernel && l.k == r.k && r.signed != l.signed,
+        "qgemm: operands packed for different products"
+    );
+    let (m, k, n) = (l.m, l.k, r.n);
+    let c = &mut c[..m * n];
+    if m == 0 || n == 0 {
+        return;
+    }
+    let zl: Vec<i32> = (0..m).map(|i| zl[if zl.len() == 1 { 0 } else { i }]).collect();
+    let zr: Vec<i32> = (0..n)
+        .map(|j| zr[if zr.len() == 1 { 0 } else { j }].wrapping_add(r.shift))
+        .collect();
+    let kz: Vec<i32> = zr.iter().map(|&z| (k as i32).wrapping_mul(z)).collect();
+    let fix = Correction {
+        zl: &zl,
+        zr: &zr,
+        kz: &kz,
+        sl: &l.sums,
+        sr: &r.sums,
+    };
+    let (mr, nr) = (l.kernel.mr(), l.kernel.nr());
+    let (row_panels, col_panels) = (m.div_ceil(mr), n.div_ceil(nr));
+    let threads = rayon::current_num_threads();
+    if m * n * k < PARALLEL_FROM || threads == 1 {
+        for (p, rows) in c.chunks_mut(mr * n).enumerate() {
+            block(l, r, &fix, p, 0..col_panels, rows, n, 0);
+        }
+    } else if row_panels >= 2 * threads {
+        c.par_chunks_mut(mr * n)
+            .enumerate()
+            .for_each(|(p, rows)| block(l, r, &fix, p, 0..col_panels, rows, n, 0));
+    } else {
+        // Few row panels: split the columns, each task writing its own block, copied into c after.
+        let tasks: Vec<(usize, Vec<i32>)> = (0..col_panels.div_ceil(PANELS_PER_TASK))
+            .into_par_iter()
+            .map(|t| {
+                let qs = t * PANELS_PER_TASK..((t + 1) * PANELS_PER_TASK).min(col_panels);
+                let (j0, j1) = (qs.start * nr, (qs.end * nr).min(n));
+                let mut out = vec![0i32; m * (j1 - j0)];
+                for (p, rows) in out.chunks_mut(mr * (j1 - j0)).enumerate() {
+                    block(l, r, &fix, p, qs.clone(), rows, j1 - j0, j0);
+                }
+                (j0, out)
+            })
+            .collect();
+        for (j0, out) in tasks {
+            let w = out.len() / m;
+            for (dst, src) in c.chunks_mut(n).zip(out.chunks(w)) {
+                dst[j0..j0 + w].copy_from_slice(src);
+            }
+        }
+    }
+}
+
+/// The zero-point terms: per row `zl` and `ΣL`, per column `zr` (shifted), `k·zr` and `ΣR`.
+struct Correction<'a> {
+    zl: &'a [i32],
+    zr: &'a [i32],
+    kz: &'a [i32],
+    sl: &'a [i32],
+    sr: &'a [i32],
+}
+
+/// The tiles of row panel `p` and column panels `qs`, written into `rows` (the panel's rows of an
+/// output `ld` wide whose first column is column `j0` of C).
+#[allow(clippy::too_many_arguments)]
+fn block(
+    l: &PackedLeft,
+    r: &PackedRight,
+    fix: &Correction<'_>,
+    p: usize,
+    qs: std::ops::Range<usize>,
+    rows: &mut [i32],
+    ld: usize,
+    j0: usize,
+) {
+    let (mr, nr, groups) = (l.kernel.mr(), l.kernel.nr(), l.k.div_ceil(4));
+    let lp = &l.data[p * groups * mr * 4..(p + 1) * groups * mr * 4];
+    let mut tile = [0i32; TILE];
+    for q in qs {
+        let rp: &[u8] = bytemuck::cast_slice(&r.data[q * groups * nr..(q + 1) * groups * nr]);
+        run_tile(l.kernel, !l.signed, groups, lp, rp, &mut tile);
+        let (jq, cols) = (q * nr, nr.min(r.n - q * nr));
+        for (ii, out) in rows.chunks_mut(ld).enumerate() {
+            let i = p * mr + ii;
+            let (zl, sl) = (fix.zl[i], fix.sl[i]);
+            let dots = &tile[ii * nr..ii * nr + cols];
+            let dst = &mut out[jq - j0..jq - j0 + cols];
+            for (jj, (d, &dot)) in dst.iter_mut().zip(dots).enumerate() {
+                let j = jq + jj;
+                *d = dot
+                    .wrapping_sub(fix.zr[j].wrapping_mul(sl))
+                    .wrapping_sub(zl.wrapping_mul(fix.sr[j]))
+                    .wrapping_add(zl.wrapping_mul(fix.kz[j]));
+            }
+        }
+    }
+}
+
+/// One tile of dot products, row-major `MR × NR` in `tile`.
+fn run_tile(kernel: QKernel, left_u8: bool, groups: usize, l: &[u8], r: &[u8], tile: &mut [i32; TILE]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let out = tile.as_mut_slice();
+        match kernel {
+            QKernel::Vnni => {
+                // SAFETY: `QKernel::Vnni` is only made by `for_isa` after detecting AVX-512F (through
+                // `Isa::Avx512`), AVX-512BW and AVX-512 VNNI.
+                #[allow(unsafe_code)]
+                unsafe {
+                    if left_u8 {
+                        x86::tile_vnni::<true>(groups, l, r, out)
+                    } else {
+                        x86::tile_vnni::<false>(groups, l, r, out)
+                    }
+                }
+            }
+            QKernel::Avx2 => {
+                // SAFETY: `QKernel::Avx2` is only made by `for_isa` for an `Isa` that has AVX2.
+                #[allow(unsafe_code)]
+                unsafe {
+                    if left_u8 {
+                        x86::tile_avx2::<true>(groups, l, r, out)
+                    } else {
+                        x86::tile_avx2::<false>(groups, l, r, out)
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (kernel, left_u8, groups, l, r, tile);
+        unreachable!("QKernel is only made on x86-64")
+    }
+}

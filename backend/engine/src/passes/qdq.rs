@@ -1,0 +1,370 @@
+//! QDQ-wrapped products as integer ones: `Q(Conv(DQ(x), DQ(w)))` and `Q(MatMul(DQ(a), DQ(b)))`, with
+//! 8-bit codes, a constant weight (per tensor, or per output channel / column) and a per-tensor
+//! activation, become QLinearConv and QLinearMatMul on the codes, as onnxruntime runs
+//! `quantize_static`'s QDQ models. A Conv's bias is kept when it is the DequantizeLinear of INT32
+//! codes (`quantize_static` writes them at scale `x_scale · w_scale`, zero point 0), whose codes
+//! QLinearConv adds before requantizing.
+//!
+//! The pass runs before constant folding, which would otherwise turn the weight's DequantizeLinear
+//! (and the QuantizeLinear of a float weight before it) into a float constant. Grouped and
+//! depthwise convolutions stay float: their products are too narrow for the integer GEMM.
+//!
+//! It is opt-in (`INFERGATE_QDQ_INTEGER=1`): on the zoo's `ocr_cls_qdq`, whose convolutions are
+//! small, the float kernels between element-wise QuantizeLinear/DequantizeLinear run faster than
+//! the integer products with their packing (figures in `docs/benchmarks.md`).
+
+use std::sync::OnceLock;
+
+use crate::error::Result;
+use crate::ir::{ConvWindow, Graph, Node, Op, QuantOp, ValueId};
+use crate::passes::{Facts, fold, is_output, sweep};
+use crate::tensor::{DataType, Tensor};
+
+/// The rewrite when `INFERGATE_QDQ_INTEGER=1` (read once); see the module documentation.
+pub(crate) fn qdq_to_qlinear(g: &mut Graph) -> Result<bool> {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if *ON.get_or_init(|| std::env::var("INFERGATE_QDQ_INTEGER").is_ok_and(|v| v == "1")) {
+        rewrite(g)
+    } else {
+        Ok(false)
+    }
+}
+
+/// Every QDQ-wrapped Conv and MatMul of `g` as QLinearConv and QLinearMatMul.
+pub(crate) fn rewrite(g: &mut Graph) -> Result<bool> {
+    sweep(g, |g, facts, i| {
+        let Some(rw) = matched(g, facts, i)? else {
+            return Ok(None);
+        };
+        Ok(Some(apply(g, i, rw)))
+    })
+}
+
+/// What a match rewrites: a node of `op` on `inputs` replaces the product and writes the
+/// QuantizeLinear's output; the `dead` nodes go.
+struct Rewrite {
+    name: String,
+    op: QuantOp,
+    inputs: Vec<Input>,
+    output: ValueId,
+    dead: Vec<usize>,
+}
+
+/// An input of the new node: a value of the graph, or a new constant (named after the node).
+enum Input {
+    Value(ValueId),
+    New(&'static str, Tensor),
+}
+
+/// A DequantizeLinear feeding the product: its node, its codes, scale and zero point.
+struct Dq {
+    node: usize,
+    codes: ValueId,
+    scale: Tensor,
+    zero_point: Option<Tensor>,
+}
+
+fn matched(g: &Graph, facts: &Facts, i: usize) -> Result<Option<Rewrite>> {
+    let n = &g.nodes[i];
+    let conv = match &n.op {
+        Op::Conv {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group: 1,
+            auto_pad,
+            activation,
+        } if activation.is_empty() => Some(ConvWindow {
+            kernel_shape: kernel_shape.clone(),
+            strides: strides.clone(),
+            pads: pads.clone(),
+            dilations: dilations.clone(),
+            group: 1,
+            auto_pad: *auto_pad,
+        }),
+        Op::MatMul {
+            trans_a: false,
+            trans_b: false,
+            epilogue,
+        } if epilogue.is_empty() => None,
+        _ => return Ok(None),
+    };
+    let is_conv = conv.is_some();
+    let (Some(x), Some(w), Some(y)) = (n.input(0), n.input(1), n.output(0)) else {
+        return Ok(None);
+    };
+    // the product's only reader: a per-tensor QuantizeLinear to 8 bits
+    let Some((qi, q)) = only_reader(g, facts, y) else {
+        return Ok(None);
+    };
+    let Op::Quant(QuantOp::QuantizeLinear {
+        block_size: 0,
+        output_dtype,
+        ..
+    }) = &q.op
+    else {
+        return Ok(None);
+    };
+    let (Some(qy), Some(y_scale)) = (q.output(0), q.input(1).and_then(|s| scalar_f32(g, s))) else {
+        return Ok(None);
+    };
+    let y_zp = match q.input(2) {
+        Some(z) => match g.constants.get(&z) {
+            Some(t) if t.len() == 1 => Some(z),
+            _ => return Ok(None),
+        },
+        None => None,
+    };
+    let y_dtype = y_zp
+        .and_then(|z| g.constants.get(&z).map(|t| t.dtype))
+        .or(*output_dtype)
+        .unwrap_or(DataType::U8);
+    if !is_int8(y_dtype) {
+        return Ok(None);
+    }
+    let Some(dx) = dequantized(g, facts, x, None)? else {
+        return Ok(None);
+    };
+    let Some(x_dtype) = code_dtype(g, facts, dx.codes) else {
+        return Ok(None);
+    };
+    if dx.scale.len() != 1 || !is_int8(x_dtype) {
+        return Ok(None);
+    }
+    // the weight's channels: a Conv's output channels (axis 0), a MatMul's columns (axis 1 of 2)
+    let channel_axis = if is_conv { 0 } else { 1 };
+    let Some(dw) = dequantized(g, facts, w, Some(channel_axis))? else {
+        return Ok(None);
+    };
+    let Some(w_codes) = constant_codes(g, facts, dw.codes)? else {
+        return Ok(None);
+    };
+    if !is_int8(w_codes.dtype) || (!is_conv && w_codes.shape.len() != 2) || w_codes.shape.len() < 2 {
+        return Ok(None);
+    }
+    let channels = w_codes.shape[channel_axis];
+    if dw.scale.len() != 1 && dw.scale.len() != channels {
+        return Ok(None);
+    }
+    let mut dead = vec![i, qi];
+    let bias = match n.input(2).filter(|_| is_conv) {
+        None => None,
+        Some(b) => {
+            let Some(db) = dequantized(g, facts, b, Some(0))? else {
+                return Ok(None);
+            };
+            let Some(codes) = constant_codes(g, facts, db.codes)? else {
+                return Ok(None);
+            };
+            let zero = db
+                .zero_point
+                .as_ref()
+                .is_none_or(|z| z.to_i64_vec().is_ok_and(|v| v.iter().all(|&x| x == 0)));
+            if codes.dtype != DataType::I32 || codes.shape != [channels] || !zero {
+                return Ok(None);
+            }
+            dead.extend(private(g, facts, b, db.node));
+            Some(Input::New("bias", codes))
+        }
+    };
+    let zero_point = |z: Option<Tensor>, dtype: DataType, like: &Tensor| match z {
+        Some(z) => Ok(z),
+        None => Tensor::zeros(dtype, like.shape.clone()),
+    };
+    let x_zp = zero_point(dx.zero_point, x_dtype, &dx.scale)?;
+    let w_zp = zero_point(dw.zero_point, w_codes.dtype, &dw.scale)?;
+    let y_zp = match y_zp {
+        Some(z) => Input::Value(z),
+        None => Input::New("y_zero_point", Tensor::zeros(y_dtype, Vec::new())?),
+    };
+    dead.extend(private(g, facts, x, dx.node));
+    if let Some(wdq) = private(g, facts, w, dw.node) {
+        dead.push(wdq);
+        // the weight's QuantizeLinear (of a float constant) goes with its DequantizeLinear
+        if let Some(&p) = facts.producers.get(&dw.codes)
+            && facts.uses[dw.codes.0] == 1
+            && !is_output(g, dw.codes)
+        {
+            dead.push(p);
+        }
+    }
+    let op = match conv {
+        Some(win) => QuantOp::QLinearConv(win),
+        None => QuantOp::QLinearMatMul,
+    };
+    let mut inputs = vec![
+        Input::Value(dx.codes),
+        Input::New("x_scale", dx.scale),
+        Input::New("x_zero_point", x_zp),
+        Input::New("w", w_codes),
+        Input::New("w_scale", dw.scale),
+        Input::New("w_zero_point", w_zp),
+        Input::New("y_scale", Tensor::scalar_f32(y_scale)),
+        y_zp,
+    ];
+    inputs.extend(bias);
+    Ok(Some(Rewrite {
+        name: n.name.clone(),
+        op,
+        inputs,
+        output: qy,
+        dead,
+    }))
+}
+
+/// Rewrites node `i` as `rw` says; returns where the sweep goes on.
+fn apply(g: &mut Graph, i: usize, rw: Rewrite) -> usize {
+    let inputs = rw
+        .inputs
+        .into_iter()
+        .map(|inp| {
+            Some(match inp {
+                Input::Value(v) => v,
+                Input::New(what, t) => {
+                    let id = g.add_value(format!("{}#{what}", rw.name), Some(t.dtype));
+                    g.values[id.0].shape = Some(t.shape.iter().map(|&d| crate::ir::Dim::Fixed(d)).collect());
+                    g.constants.insert(id, t);
+                    id
+                }
+            })
+        })
+        .collect();
+    g.nodes[i] = Node {
+        name: rw.name,
+        op: Op::Quant(rw.op),
+        inputs,
+        outputs: vec![Some(rw.output)],
+    };
+    let mut dead: Vec<usize> = rw.dead.into_iter().filter(|&d| d != i).collect();
+    dead.sort_unstable();
+    dead.dedup();
+    let before = dead.iter().filter(|&&d| d < i).count();
+    for &d in dead.iter().rev() {
+        g.nodes.remove(d);
+    }
+    i - before + 1
+}
+
+/// The node reading `v` when it is the only reader (and `v` no graph output).
+fn only_reader<'g>(g: &'g Graph, facts: &Facts, v: ValueId) -> Option<(usize, &'g Node)> {
+    if facts.uses[v.0] != 1 || is_output(g, v) {
+        return None;
+    }
+    g.nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| n.inputs.iter().flatten().any(|&u| u == v))
+}
+
+/// Node `node` (producing `v`) when nothing but the product reads `v`, so it goes with the rewrite.
+fn private(g: &Graph, facts: &Facts, v: ValueId, node: usize) -> Option<usize> {
+    (facts.uses[v.0] == 1 && !is_output(g, v)).then_some(node)
+}
+
+/// The DequantizeLinear producing `v`, with a constant FP32 scale: per tensor, or (when
+/// `channel_axis` is given) one per index of that axis of its codes.
+fn dequantized(g: &Graph, facts: &Facts, v: ValueId, channel_axis: Option<usize>) -> Result<Option<Dq>> {
+    let Some(&node) = facts.producers.get(&v) else {
+        return Ok(None);
+    };
+    let n = &g.nodes[node];
+    let Op::Quant(QuantOp::DequantizeLinear {
+        axis,
+        block_size: 0,
+        output_dtype,
+    }) = &n.op
+    else {
+        return Ok(None);
+    };
+    if output_dtype.is_some_and(|d| d != DataType::F32) {
+        return Ok(None);
+    }
+    let (Some(codes), Some(scale)) = (n.input(0), n.input(1).and_then(|s| g.constants.get(&s))) else {
+        return Ok(None);
+    };
+    if scale.dtype != DataType::F32 {
+        return Ok(None);
+    }
+    let zero_point = match n.input(2) {
+        None => None,
+        Some(z) => match g.constants.get(&z) {
+            Some(t) if t.shape == scale.shape || (t.len() == 1 && scale.len() == 1) => Some(t.clone()),
+            _ => return Ok(None),
+        },
+    };
+    if scale.len() != 1 {
+        // per channel: a 1-D scale along the channel axis of codes whose rank is known
+        let Some(want) = channel_axis else {
+            return Ok(None);
+        };
+        let Some(rank) = constant_rank(g, facts, codes) else {
+            return Ok(None);
+        };
+        let ax = if *axis < 0 { *axis + rank as i64 } else { *axis };
+        if scale.shape.len() != 1 || ax != want as i64 {
+            return Ok(None);
+        }
+    }
+    Ok(Some(Dq {
+        node,
+        codes,
+        scale: scale.clone(),
+        zero_point,
+    }))
+}
+
+/// The rank of a constant (or foldable) value, without evaluating it.
+fn constant_rank(g: &Graph, facts: &Facts, v: ValueId) -> Option<usize> {
+    if let Some(t) = g.constants.get(&v) {
+        return Some(t.shape.len());
+    }
+    let n = &g.nodes[*facts.producers.get(&v)?];
+    n.input(0)
+        .and_then(|x| g.constants.get(&x))
+        .map(|t| t.shape.len())
+}
+
+/// A constant's value, or the value of a QuantizeLinear whose inputs are all constants (a float
+/// weight quantized in the graph, which constant folding would otherwise turn into codes later).
+fn constant_codes(g: &Graph, facts: &Facts, v: ValueId) -> Result<Option<Tensor>> {
+    if let Some(t) = g.constants.get(&v) {
+        return Ok(Some(t.clone()));
+    }
+    let Some(&p) = facts.producers.get(&v) else {
+        return Ok(None);
+    };
+    let n = &g.nodes[p];
+    let foldable = matches!(n.op, Op::Quant(QuantOp::QuantizeLinear { .. }))
+        && n.inputs.iter().flatten().all(|i| g.constants.contains_key(i));
+    if !foldable {
+        return Ok(None);
+    }
+    Ok(fold::evaluate(g, n)?.into_iter().next().flatten())
+}
+
+/// The type of the codes `v`: its declared type, or what the QuantizeLinear making it writes.
+fn code_dtype(g: &Graph, facts: &Facts, v: ValueId) -> Option<DataType> {
+    if let Some(d) = g.values[v.0].dtype {
+        return Some(d);
+    }
+    let n = &g.nodes[*facts.producers.get(&v)?];
+    let Op::Quant(QuantOp::QuantizeLinear { output_dtype, .. }) = &n.op else {
+        return None;
+    };
+    let zp = n.input(2).and_then(|z| g.values[z.0].dtype);
+    Some(zp.or(*output_dtype).unwrap_or(DataType::U8))
+}
+
+/// The one value of a constant FP32 scalar.
+fn scalar_f32(g: &Graph, v: ValueId) -> Option<f32> {
+    let t = g.constants.get(&v)?;
+    match (t.dtype, t.len()) {
+        (DataType::F32, 1) => t.to_vec::<f32>().ok()?.first().copied(),
+        _ => None,
+    }
+}
+
+fn is_int8(d: DataType) -> bool {
+    matches!(d, DataType::U8 | DataType::I8)
+}
