@@ -250,6 +250,23 @@ fn convolutions_match_a_direct_loop_on_every_instruction_set() {
     }
 }
 
+/// `f(three)`, `three` being the 2-D geometry `two` with a leading spatial axis of 1: the same
+/// convolution, computed by the N-d paths.
+fn with_leading_axis<R>(two: &ConvGeom<'_>, f: impl FnOnce(&ConvGeom<'_>) -> R) -> R {
+    let (i, o, k) = (two.in_sp, two.out_sp, two.kernel);
+    let (s, p, d) = (two.strides, two.pads, two.dilations);
+    let three = ConvGeom {
+        in_sp: &[1, i[0], i[1]],
+        out_sp: &[1, o[0], o[1]],
+        kernel: &[1, k[0], k[1]],
+        strides: &[1, s[0], s[1]],
+        pads: &[0, p[0], p[1], 0, p[2], p[3]],
+        dilations: &[1, d[0], d[1]],
+        ..*two
+    };
+    f(&three)
+}
+
 /// The N-d path (im2col built) against the 2-D one: the same convolution with a leading axis of 1.
 #[test]
 fn convolutions_3d_match_the_2d_path() {
@@ -277,19 +294,12 @@ fn convolutions_3d_match_the_2d_path() {
                 pads: &p,
                 dilations: &d,
             };
-            let three = ConvGeom {
-                in_sp: &[1, h, w],
-                out_sp: &[1, oh, ow],
-                kernel: &[1, k[0], k[1]],
-                strides: &[1, s[0], s[1]],
-                pads: &[0, p[0], p[1], 0, p[2], p[3]],
-                dilations: &[1, d[0], d[1]],
-                ..two
-            };
             let e = Epilogue { steps: vec![] };
             let epi = Epi::with_isa(&e, &[], &[2, m, oh, ow], 2, isa).unwrap();
             let a = conv_isa(isa, &x, &wt, Some(&bias), &two, &epi, None).unwrap();
-            let b = conv_isa(isa, &x, &wt, Some(&bias), &three, &epi, None).unwrap();
+            let b = with_leading_axis(&two, |three| {
+                conv_isa(isa, &x, &wt, Some(&bias), three, &epi, None).unwrap()
+            });
             assert_eq!(a.len(), 2 * m * oh * ow);
             for (i, (p, q)) in a.iter().zip(&b).enumerate() {
                 assert!(
@@ -356,17 +366,10 @@ fn transposed_convolutions_2d_match_the_nd_path() {
             pads: &p,
             dilations: &d,
         };
-        let three = ConvGeom {
-            in_sp: &[1, h, w],
-            out_sp: &[1, oh, ow],
-            kernel: &[1, k[0], k[1]],
-            strides: &[1, s[0], s[1]],
-            pads: &[0, p[0], p[1], 0, p[2], p[3]],
-            dilations: &[1, d[0], d[1]],
-            ..two
-        };
         let a = conv_transpose_f32(&x, &wt, Some(&bias), &two).unwrap();
-        let b = conv_transpose_f32(&x, &wt, Some(&bias), &three).unwrap();
+        let b = with_leading_axis(&two, |three| {
+            conv_transpose_f32(&x, &wt, Some(&bias), three).unwrap()
+        });
         assert_eq!(a.len(), 2 * m * oh * ow);
         for (i, (p, q)) in a.iter().zip(&b).enumerate() {
             assert!(
