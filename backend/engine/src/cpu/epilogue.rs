@@ -346,6 +346,7 @@ fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
         UnaryOp::Sqrt => map_rows(rows, |x| x.sqrt()),
         UnaryOp::Reciprocal => map_rows(rows, |x| 1.0 / x),
         UnaryOp::Sigmoid => map_rows(rows, fastmath::sigmoid::<FMA>),
+        UnaryOp::Tanh => map_rows(rows, fastmath::tanh::<FMA>),
         UnaryOp::Silu => map_rows(rows, |x| x * fastmath::sigmoid::<FMA>(x)),
         UnaryOp::Gelu { tanh: false } => map_rows(rows, fastmath::gelu::<FMA>),
         other => map_rows(rows, |x| unary_f32(other, x)),
