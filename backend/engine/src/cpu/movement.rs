@@ -92,10 +92,16 @@ pub(crate) fn strided_gather_into<T: Clone + Send + Sync>(
     }
 }
 
-pub(crate) fn transpose<T: Clone + Send + Sync>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+/// The output shape of a transpose and the input stride of each of its axes.
+fn transposed_view(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<isize>) {
     let st = strides_of(shape);
-    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let s: Vec<isize> = perm.iter().map(|&p| st[p] as isize).collect();
+    let out = perm.iter().map(|&p| shape[p]).collect();
+    let strides = perm.iter().map(|&p| st[p] as isize).collect();
+    (out, strides)
+}
+
+pub(crate) fn transpose<T: Clone + Send + Sync>(x: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+    let (out, s) = transposed_view(shape, perm);
     strided_gather(x, 0, &out, &s)
 }
 
@@ -128,9 +134,7 @@ pub(crate) fn transpose_f32(x: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f
         }
         return res;
     }
-    let st = strides_of(shape);
-    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let s: Vec<isize> = perm.iter().map(|&p| st[p] as isize).collect();
+    let (out, s) = transposed_view(shape, perm);
     strided_gather_into(x, 0, &out, &s, &mut res);
     res
 }
