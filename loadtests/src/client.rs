@@ -2,12 +2,12 @@
 //! connection, [`crate::tls`]) and gRPC (tonic, the `inference.GRPCInferenceService` client of
 //! `infergate-protocol`). Each call returns an [`Outcome`]: the model version that answered, or the kind of failure.
 //!
-//! A request is sent again only when it never left the client, as real clients do: hyper's pool retries a
+//! A request is sent again only when the server never saw it, as real clients do: hyper's pool retries a
 //! request it had put on a kept-alive connection found closed before the request was written
 //! (`retry_canceled_requests`, on by default), and a gRPC call that hyper had queued on a connection that
-//! closed (after the server's `GOAWAY`) before sending it is retried as gRPC clients retry it ("transparent
-//! retry", gRFC A6; tonic does not). Nothing the server may have seen is retried: a failure after that is
-//! the server's, and is counted.
+//! closed before sending it, or that the server's graceful `GOAWAY` left unprocessed, is retried as gRPC
+//! clients retry it ("transparent retry", gRFC A6; tonic does not). Nothing the server may have seen is
+//! retried: a failure after that is the server's, and is counted.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
@@ -165,7 +165,8 @@ impl Client {
         })
     }
 
-    /// gRPC calls this client (and its clones) sent again because they never left it (transparent retries).
+    /// gRPC calls this client (and its clones) sent again because the server never saw them (transparent
+    /// retries).
     pub fn resent(&self) -> u64 {
         self.resent.load(Ordering::Relaxed)
     }
@@ -367,14 +368,23 @@ fn refused(e: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-/// Whether the error says the request never left the client: hyper canceled it before sending it (it was
-/// queued on a connection that closed).
+/// Whether the error says the server never saw the request: hyper canceled it before sending it (it was
+/// queued on a connection that closed), or h2 failed it with the server's graceful `GOAWAY` (NO_ERROR), which
+/// h2 does only for a stream above the frame's last stream id or one opened after the frame arrived: a stream
+/// the server did not process and that may be sent again (RFC 9113 §6.8). A `GOAWAY` naming an error is not
+/// retried here, so a server that sends one shows in the counts.
 fn never_sent(e: &(dyn StdError + 'static)) -> bool {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = cur {
         if err
             .downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        if err
+            .downcast_ref::<h2::Error>()
+            .is_some_and(|h2| h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR))
         {
             return true;
         }

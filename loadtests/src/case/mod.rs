@@ -379,7 +379,7 @@ async fn run_phases(
         if resent.resent() > 0 {
             figures.insert(
                 format!(
-                    "{}: gRPC calls sent again (they never left the client)",
+                    "{}: gRPC calls sent again (the server never saw them)",
                     phase.name
                 ),
                 resent.resent().to_string(),
