@@ -569,13 +569,11 @@ fn cpu(
             let (scale, ss) = arg(ins, 1)?;
             let layout = Layout::new(xs, ss, *axis as usize, *block_size, "y_scale")?;
             let zp = optional_ints(ins, 2, "y_zero_point")?;
-            let y = linear::quantize(
-                &f32_of(x),
-                &f32_of(scale),
-                zp.as_deref(),
-                layout,
-                int_range(out0.0)?,
-            );
+            let (x, scale) = (f32_of(x), f32_of(scale));
+            if let Some(codes) = linear::quantize_8bit(&x, &scale, zp.as_deref(), layout, out0.0) {
+                return Ok(vec![codes]);
+            }
+            let y = linear::quantize(&x, &scale, zp.as_deref(), layout, int_range(out0.0)?);
             Ok(vec![int_buf(out0.0, y)?])
         }
         QuantOp::DequantizeLinear { axis, block_size, .. } => {
@@ -583,6 +581,9 @@ fn cpu(
             let (scale, ss) = arg(ins, 1)?;
             let layout = Layout::new(xs, ss, *axis as usize, *block_size, "x_scale")?;
             let zp = optional_ints(ins, 2, "x_zero_point")?;
+            if let Some(y) = linear::dequantize_8bit(x, &f32_of(scale), zp.as_deref(), layout) {
+                return Ok(vec![back(out0.0, y)]);
+            }
             let narrow = !matches!(x, Buf::I32(_));
             let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout, narrow);
             Ok(vec![back(out0.0, y)])

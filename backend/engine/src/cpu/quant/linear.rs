@@ -255,6 +255,188 @@ pub(crate) fn quantize(
     y
 }
 
+/// QuantizeLinear to UINT8 or INT8 (`dtype`), the codes written straight into the output's buffer
+/// (the common case: no i32 values in between); `None` for the other integer types.
+pub(crate) fn quantize_8bit(
+    x: &[f32],
+    scale: &[f32],
+    zero_point: Option<&[i32]>,
+    layout: Layout,
+    dtype: DataType,
+) -> Option<Buf> {
+    let isa = simd::isa();
+    Some(match dtype {
+        DataType::U8 => Buf::U8(quantize_into(
+            x,
+            scale,
+            zero_point,
+            layout,
+            (0, 255),
+            |x, y, s, z, range| quantize_u8_run(isa, x, y, s, z, range),
+            |q| q as u8,
+        )),
+        DataType::I8 => Buf::I8(quantize_into(
+            x,
+            scale,
+            zero_point,
+            layout,
+            (-128, 127),
+            |x, y, s, z, range| quantize_i8_run(isa, x, y, s, z, range),
+            |q| q as i8,
+        )),
+        _ => return None,
+    })
+}
+
+/// [`quantize`] into codes of type `T`: `run` quantizes a run of one scale, `code` narrows one value
+/// already in `range`.
+fn quantize_into<T: Copy + Default>(
+    x: &[f32],
+    scale: &[f32],
+    zero_point: Option<&[i32]>,
+    layout: Layout,
+    range: (i32, i32),
+    run: impl Fn(&[f32], &mut [T], f32, i32, (i32, i32)),
+    code: impl Fn(i32) -> T,
+) -> Vec<T> {
+    let mut y = vec![T::default(); x.len()];
+    layout.runs(x.len(), |r, p, step| {
+        if step == 0 {
+            run(
+                &x[r.clone()],
+                &mut y[r],
+                scale[p],
+                zero_point.map_or(0, |z| z[p]),
+                range,
+            );
+            return;
+        }
+        for (j, i) in r.enumerate() {
+            let q = p + j * step;
+            y[i] = code(quantize_one(
+                x[i],
+                scale[q],
+                zero_point.map_or(0, |z| z[q]),
+                range,
+            ));
+        }
+    });
+    y
+}
+
+simd::multiversion! {
+    /// `y[i] = quantize_one(x[i], scale, zero_point, range)` as UINT8 codes, in vector lanes.
+    pub(crate) fn quantize_u8_run(x: &[f32], y: &mut [u8], scale: f32, zero_point: i32, range: (i32, i32)) = quantize_u8_lanes;
+}
+
+#[inline(always)]
+fn quantize_u8_lanes<const FMA: bool>(
+    x: &[f32],
+    y: &mut [u8],
+    scale: f32,
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = quantize_one(v, scale, zero_point, range) as u8;
+    }
+}
+
+simd::multiversion! {
+    /// `y[i] = quantize_one(x[i], scale, zero_point, range)` as INT8 codes, in vector lanes.
+    pub(crate) fn quantize_i8_run(x: &[f32], y: &mut [i8], scale: f32, zero_point: i32, range: (i32, i32)) = quantize_i8_lanes;
+}
+
+#[inline(always)]
+fn quantize_i8_lanes<const FMA: bool>(
+    x: &[f32],
+    y: &mut [i8],
+    scale: f32,
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = quantize_one(v, scale, zero_point, range) as i8;
+    }
+}
+
+/// DequantizeLinear of UINT8 or INT8 codes, read as they are (no i32 copy of the input first);
+/// `None` for other buffers.
+pub(crate) fn dequantize_8bit(
+    x: &Buf,
+    scale: &[f32],
+    zero_point: Option<&[i32]>,
+    layout: Layout,
+) -> Option<Vec<f32>> {
+    let isa = simd::isa();
+    Some(match x {
+        Buf::U8(v) => dequantize_from(
+            v,
+            scale,
+            zero_point,
+            layout,
+            |x, y, s, z| dequantize_u8_run(isa, x, y, s, z),
+            i32::from,
+        ),
+        Buf::I8(v) => dequantize_from(
+            v,
+            scale,
+            zero_point,
+            layout,
+            |x, y, s, z| dequantize_i8_run(isa, x, y, s, z),
+            i32::from,
+        ),
+        _ => return None,
+    })
+}
+
+/// [`dequantize`] of codes of type `T`: `run` dequantizes a run of one scale, `value` widens one code.
+fn dequantize_from<T: Copy>(
+    x: &[T],
+    scale: &[f32],
+    zero_point: Option<&[i32]>,
+    layout: Layout,
+    run: impl Fn(&[T], &mut [f32], f32, i32),
+    value: impl Fn(T) -> i32,
+) -> Vec<f32> {
+    let mut y = vec![0.0; x.len()];
+    layout.runs(x.len(), |r, p, step| {
+        if step == 0 {
+            run(&x[r.clone()], &mut y[r], scale[p], zero_point.map_or(0, |z| z[p]));
+            return;
+        }
+        for (j, i) in r.enumerate() {
+            let q = p + j * step;
+            y[i] = (value(x[i]) - zero_point.map_or(0, |z| z[q])) as f32 * scale[q];
+        }
+    });
+    y
+}
+
+simd::multiversion! {
+    /// `y[i] = (x[i] − zero_point) · scale` of UINT8 codes, in vector lanes.
+    pub(crate) fn dequantize_u8_run(x: &[u8], y: &mut [f32], scale: f32, zero_point: i32) = dequantize_u8_lanes;
+}
+
+#[inline(always)]
+fn dequantize_u8_lanes<const FMA: bool>(x: &[u8], y: &mut [f32], scale: f32, zero_point: i32) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = (i32::from(v) - zero_point) as f32 * scale;
+    }
+}
+
+simd::multiversion! {
+    /// `y[i] = (x[i] − zero_point) · scale` of INT8 codes, in vector lanes.
+    pub(crate) fn dequantize_i8_run(x: &[i8], y: &mut [f32], scale: f32, zero_point: i32) = dequantize_i8_lanes;
+}
+
+#[inline(always)]
+fn dequantize_i8_lanes<const FMA: bool>(x: &[i8], y: &mut [f32], scale: f32, zero_point: i32) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = (i32::from(v) - zero_point) as f32 * scale;
+    }
+}
+
 /// DequantizeLinear: (x - zero_point) · scale with the parameters laid out by `layout`. `narrow`
 /// says that x and the zero points come from a type of at most 16 bits, so that their difference
 /// fits i32; INT32 inputs take the difference in i64.

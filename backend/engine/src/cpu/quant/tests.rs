@@ -1,8 +1,13 @@
 //! The quantization kernels against values worked out by hand from the ONNX definitions.
 
 use super::igemm::{ConvGeom, conv_i32, igemm};
-use super::linear::{Layout, dequantize, dequantize_run, dynamic_quantize, quantize, quantize_run};
+use super::linear::{
+    Layout, dequantize, dequantize_8bit, dequantize_i8_run, dequantize_run, dequantize_u8_run,
+    dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_i8_run, quantize_run, quantize_u8_run,
+};
+use crate::cpu::Buf;
 use crate::cpu::simd::all_available;
+use crate::tensor::DataType;
 
 #[test]
 fn quantize_rounds_half_to_even_and_saturates() {
@@ -135,5 +140,72 @@ fn vector_quantization_matches_the_definition_on_every_instruction_set() {
             let exact: Vec<f32> = y.iter().map(|&q| (q - zp) as f32 * scale).collect();
             assert_eq!(back, exact, "{isa:?}");
         }
+    }
+}
+
+#[test]
+fn eight_bit_codes_are_the_values_of_the_general_path() {
+    // ties, both ends, NaN; per tensor, per axis (4 columns) and in blocks of 3 along the columns
+    let mut x: Vec<f32> = (-30..30).map(|i| i as f32 * 2.5).collect();
+    x.extend([f32::NAN, 1e9, -1e9, -0.0]);
+    let shape = [8, 8];
+    let layouts = [
+        (Layout::PerTensor, vec![0.5], vec![3]),
+        (
+            Layout::new(&shape, &[8], 1, 0, "s").unwrap(),
+            (1..=8).map(|i| i as f32 * 0.75).collect(),
+            (0..8).collect(),
+        ),
+        (
+            Layout::new(&shape, &[8, 3], 1, 3, "s").unwrap(),
+            (1..=24).map(|i| i as f32 * 0.5).collect(),
+            vec![-2; 24],
+        ),
+    ];
+    for (layout, scale, zp) in &layouts {
+        for (dtype, range) in [(DataType::U8, (0, 255)), (DataType::I8, (-128, 127))] {
+            let want = int_buf(dtype, quantize(&x, scale, Some(zp), *layout, range)).unwrap();
+            let got = quantize_8bit(&x, scale, Some(zp), *layout, dtype).unwrap();
+            assert_eq!(got, want, "{layout:?} {dtype}");
+            let values = super::linear::ints(&got, "x").unwrap();
+            assert_eq!(
+                dequantize_8bit(&got, scale, Some(zp), *layout).unwrap(),
+                dequantize(&values, scale, Some(zp), *layout, true),
+                "{layout:?} {dtype}"
+            );
+        }
+    }
+    assert!(quantize_8bit(&x, &[1.0], None, Layout::PerTensor, DataType::U16).is_none());
+    assert!(dequantize_8bit(&Buf::I32(vec![1]), &[1.0], None, Layout::PerTensor).is_none());
+}
+
+#[test]
+fn eight_bit_runs_match_the_i32_runs_on_every_instruction_set() {
+    let x: Vec<f32> = (-700..700)
+        .map(|i| i as f32 * 0.25)
+        .chain([f32::NAN, f32::INFINITY])
+        .collect();
+    for isa in all_available() {
+        let mut want = vec![0; x.len()];
+        quantize_run(isa, &x, &mut want, 0.5, 3, (0, 255));
+        let mut u = vec![0u8; x.len()];
+        quantize_u8_run(isa, &x, &mut u, 0.5, 3, (0, 255));
+        assert!(u.iter().zip(&want).all(|(&a, &b)| i32::from(a) == b), "{isa:?}");
+        let mut back = vec![0.0; u.len()];
+        dequantize_u8_run(isa, &u, &mut back, 0.5, 3);
+        assert!(
+            back.iter().zip(&want).all(|(&f, &q)| f == (q - 3) as f32 * 0.5),
+            "{isa:?}"
+        );
+
+        quantize_run(isa, &x, &mut want, 0.25, -7, (-128, 127));
+        let mut i = vec![0i8; x.len()];
+        quantize_i8_run(isa, &x, &mut i, 0.25, -7, (-128, 127));
+        assert!(i.iter().zip(&want).all(|(&a, &b)| i32::from(a) == b), "{isa:?}");
+        dequantize_i8_run(isa, &i, &mut back, 0.25, -7);
+        assert!(
+            back.iter().zip(&want).all(|(&f, &q)| f == (q + 7) as f32 * 0.25),
+            "{isa:?}"
+        );
     }
 }
