@@ -49,6 +49,18 @@ pub enum QuantOp {
         /// the ONNX `output_dtype` attribute, when set
         output_dtype: Option<DataType>,
     },
+    /// `[x, scale, zero_point?]` → `[y]`: a QuantizeLinear to `codes` followed by a DequantizeLinear
+    /// with the same parameters, in one pass: y = (saturate(round_half_even(x / scale) + zero_point)
+    /// − zero_point) · scale, FP32 in and out. No ONNX operator: the pass `fuse_quantize_dequantize`
+    /// makes it from the pairs QDQ models put between their operators.
+    QuantizeDequantize {
+        /// the axis of a per-axis or blocked scale (normalised in concrete graphs)
+        axis: i64,
+        /// block length along `axis`; 0 = not blocked
+        block_size: usize,
+        /// the integer type the values are rounded and saturated to
+        codes: DataType,
+    },
     /// `[x]` → `[y, y_scale, y_zero_point]`: UINT8 quantization of FP32 x with a scale and zero point
     /// chosen from x's range (extended to include 0).
     DynamicQuantizeLinear,
@@ -73,6 +85,7 @@ impl QuantOp {
         match self {
             QuantOp::QuantizeLinear { .. } => "QuantizeLinear",
             QuantOp::DequantizeLinear { .. } => "DequantizeLinear",
+            QuantOp::QuantizeDequantize { .. } => "QuantizeDequantize",
             QuantOp::DynamicQuantizeLinear => "DynamicQuantizeLinear",
             QuantOp::MatMulInteger => "MatMulInteger",
             QuantOp::QLinearMatMul => "QLinearMatMul",

@@ -206,6 +206,34 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
             };
             quant(q, vec![(to, x.shape.to_vec())])
         }
+        QuantOp::QuantizeDequantize {
+            axis,
+            block_size,
+            codes,
+        } => {
+            let x = req(ins, 0, "x")?;
+            let scale = req(ins, 1, "scale")?;
+            if !(x.dtype.is_float() || x.dtype == DataType::I32) {
+                return Err(EngineError::invalid(format!(
+                    "QuantizeLinear input x is {}; it must be a float type or INT32",
+                    x.dtype
+                )));
+            }
+            if scale.dtype != DataType::F32 {
+                return Err(EngineError::internal(format!(
+                    "QuantizeDequantize with a {} scale: the pass makes it for FP32 scales only",
+                    scale.dtype
+                )));
+            }
+            let axis = check_params(x.shape, scale, opt(ins, 2), *axis, *block_size)?;
+            int_range(*codes)?;
+            let q = QuantOp::QuantizeDequantize {
+                axis: axis as i64,
+                block_size: *block_size,
+                codes: *codes,
+            };
+            quant(q, vec![(DataType::F32, x.shape.to_vec())])
+        }
         QuantOp::DynamicQuantizeLinear => {
             let x = req(ins, 0, "x")?;
             if x.dtype != DataType::F32 {
@@ -588,6 +616,24 @@ fn cpu(
             let y = linear::dequantize(&ints(x, "x")?, &f32_of(scale), zp.as_deref(), layout, narrow);
             Ok(vec![back(out0.0, y)])
         }
+        QuantOp::QuantizeDequantize {
+            axis,
+            block_size,
+            codes,
+        } => {
+            let (x, xs) = arg(ins, 0)?;
+            let (scale, ss) = arg(ins, 1)?;
+            let layout = Layout::new(xs, ss, *axis as usize, *block_size, "scale")?;
+            let zp = optional_ints(ins, 2, "zero_point")?;
+            let y = linear::quantize_dequantize(
+                &f32_of(x),
+                &f32_of(scale),
+                zp.as_deref(),
+                layout,
+                int_range(*codes)?,
+            );
+            Ok(vec![back(out0.0, y)])
+        }
         QuantOp::DynamicQuantizeLinear => {
             let (x, _) = arg(ins, 0)?;
             let (y, scale, zp) = linear::dynamic_quantize(&f32_of(x));
@@ -820,7 +866,8 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
     let range = || int_range(out_dtype).map_err(|e| GpuError::invalid(e.to_string()));
     match q {
         QuantOp::QuantizeLinear { axis, block_size, .. }
-        | QuantOp::DequantizeLinear { axis, block_size, .. } => {
+        | QuantOp::DequantizeLinear { axis, block_size, .. }
+        | QuantOp::QuantizeDequantize { axis, block_size, .. } => {
             let x = c.input(n, 0)?;
             let scale = c.input(n, 1)?;
             let layout = Layout::new(&x.shape, &scale.shape, *axis as usize, *block_size, "scale")
@@ -840,6 +887,20 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             };
             let y = if matches!(q, QuantOp::QuantizeLinear { .. }) {
                 gpu_quant::quantize(&mut c.b, &name, &x, &scale, &zero_point, layout, range()?)?
+            } else if let QuantOp::QuantizeDequantize { codes, .. } = q {
+                // two kernels, as the pair it replaces ran
+                let range = int_range(*codes).map_err(|e| GpuError::invalid(e.to_string()))?;
+                let q = gpu_quant::quantize(
+                    &mut c.b,
+                    &format!("{name}#codes"),
+                    &x,
+                    &scale,
+                    &zero_point,
+                    layout,
+                    range,
+                )?;
+                let out = c.dev_type(Compiler::out_id(n, 0)?)?;
+                gpu_quant::dequantize(&mut c.b, &name, &q, &scale, &zero_point, layout, out)?
             } else {
                 let out = c.dev_type(Compiler::out_id(n, 0)?)?;
                 gpu_quant::dequantize(&mut c.b, &name, &x, &scale, &zero_point, layout, out)?

@@ -6,6 +6,7 @@ mod fuse;
 mod hard_swish;
 mod patterns;
 pub(crate) mod qdq;
+mod quantize_dequantize;
 mod silu;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,10 @@ pub const PASSES: &[(&str, Pass)] = &[
     ("fold_constants", fold::fold_constants),
     ("inline_known_if", fold::inline_known_if),
     ("remove_identity", fuse::remove_identity),
+    (
+        "fuse_quantize_dequantize",
+        quantize_dequantize::fuse_quantize_dequantize,
+    ),
     ("fold_batchnorm", fuse::fold_batchnorm),
     ("layer_norm", patterns::layer_norm),
     ("gelu", patterns::gelu),

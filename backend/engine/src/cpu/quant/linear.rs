@@ -5,8 +5,7 @@
 
 use std::ops::Range;
 
-use crate::cpu::Buf;
-use crate::cpu::simd;
+use crate::cpu::{Buf, arena, simd};
 use crate::error::{EngineError, Result};
 use crate::tensor::DataType;
 
@@ -399,7 +398,8 @@ fn dequantize_from<T: Copy>(
     run: impl Fn(&[T], &mut [f32], f32, i32),
     value: impl Fn(T) -> i32,
 ) -> Vec<f32> {
-    let mut y = vec![0.0; x.len()];
+    // every value is written: the runs cover the tensor
+    let mut y = arena::take(x.len());
     layout.runs(x.len(), |r, p, step| {
         if step == 0 {
             run(&x[r.clone()], &mut y[r], scale[p], zero_point.map_or(0, |z| z[p]));
@@ -463,6 +463,58 @@ pub(crate) fn dequantize(
         }
     });
     y
+}
+
+/// QuantizeLinear then DequantizeLinear with the same parameters, in one pass: each value rounded
+/// and saturated to `range` at its scale and zero point, then taken back to FP32. The values are
+/// those of [`dequantize`] of [`quantize`]'s.
+pub(crate) fn quantize_dequantize(
+    x: &[f32],
+    scale: &[f32],
+    zero_point: Option<&[i32]>,
+    layout: Layout,
+    range: (i32, i32),
+) -> Vec<f32> {
+    let isa = simd::isa();
+    // every value is written: the runs cover the tensor
+    let mut y = arena::take(x.len());
+    layout.runs(x.len(), |r, p, step| {
+        if step == 0 {
+            let z = zero_point.map_or(0, |z| z[p]);
+            quantize_dequantize_run(isa, &x[r.clone()], &mut y[r], scale[p], z, range);
+            return;
+        }
+        for (j, i) in r.enumerate() {
+            let q = p + j * step;
+            let z = zero_point.map_or(0, |z| z[q]);
+            y[i] = (quantize_one(x[i], scale[q], z, range) - z) as f32 * scale[q];
+        }
+    });
+    y
+}
+
+simd::multiversion! {
+    /// `y[i] = (quantize_one(x[i], scale, zero_point, range) − zero_point) · scale`, in vector lanes.
+    pub(crate) fn quantize_dequantize_run(
+        x: &[f32],
+        y: &mut [f32],
+        scale: f32,
+        zero_point: i32,
+        range: (i32, i32),
+    ) = quantize_dequantize_lanes;
+}
+
+#[inline(always)]
+fn quantize_dequantize_lanes<const FMA: bool>(
+    x: &[f32],
+    y: &mut [f32],
+    scale: f32,
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = (quantize_one(v, scale, zero_point, range) - zero_point) as f32 * scale;
+    }
 }
 
 /// DynamicQuantizeLinear: UINT8 values, the scale and the zero point for `x`.

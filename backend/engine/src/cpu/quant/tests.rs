@@ -3,7 +3,8 @@
 use super::igemm::{ConvGeom, conv_i32, igemm};
 use super::linear::{
     Layout, dequantize, dequantize_8bit, dequantize_i8_run, dequantize_run, dequantize_u8_run,
-    dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_i8_run, quantize_run, quantize_u8_run,
+    dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_dequantize, quantize_dequantize_run,
+    quantize_i8_run, quantize_run, quantize_u8_run,
 };
 use crate::cpu::Buf;
 use crate::cpu::simd::all_available;
@@ -208,4 +209,33 @@ fn eight_bit_runs_match_the_i32_runs_on_every_instruction_set() {
             "{isa:?}"
         );
     }
+}
+
+#[test]
+fn quantize_dequantize_gives_the_values_of_the_pair_on_every_instruction_set() {
+    let x: Vec<f32> = (-700..700)
+        .map(|i| i as f32 * 0.25)
+        .chain([f32::NAN, 1e30, -0.0])
+        .collect();
+    for (scale, zp, range) in [(0.5, 3, (0, 255)), (0.25, -7, (-128, 127))] {
+        let codes = quantize(&x, &[scale], Some(&[zp]), Layout::PerTensor, range);
+        let want = dequantize(&codes, &[scale], Some(&[zp]), Layout::PerTensor, true);
+        assert_eq!(
+            quantize_dequantize(&x, &[scale], Some(&[zp]), Layout::PerTensor, range),
+            want
+        );
+        for isa in all_available() {
+            let mut y = vec![0.0; x.len()];
+            quantize_dequantize_run(isa, &x, &mut y, scale, zp, range);
+            assert_eq!(y, want, "{isa:?}");
+        }
+    }
+    // per axis: each row its own scale and zero point
+    let layout = Layout::new(&[4, 350], &[4], 0, 0, "s").unwrap();
+    let (scales, zps) = ([0.5, 1.0, 0.125, 2.0], [0, 5, -5, 100]);
+    let codes = quantize(&x[..1400], &scales, Some(&zps), layout, (-128, 127));
+    assert_eq!(
+        quantize_dequantize(&x[..1400], &scales, Some(&zps), layout, (-128, 127)),
+        dequantize(&codes, &scales, Some(&zps), layout, true)
+    );
 }

@@ -126,3 +126,82 @@ fn qdq_matmul_becomes_qlinear_matmul_with_the_same_numbers() {
     let model = qdq_model("MatMul", &[3, 10], &[10, 7], &w, n, &[3, 7]);
     check(&model, &[3, k], "QLinearMatMul");
 }
+
+/// What QuantizeLinear then DequantizeLinear give, from the ONNX definitions.
+fn fake_quantized(x: f32, scale: f32, zero_point: i32, (lo, hi): (i32, i32)) -> f32 {
+    let q = ((x / scale).round_ties_even() as i32 + zero_point).clamp(lo, hi);
+    (q - zero_point) as f32 * scale
+}
+
+fn inputs(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 37) % 101) as f32 * 0.125 - 6.25).collect()
+}
+
+#[test]
+fn a_quantize_dequantize_pair_runs_as_one_node_with_the_values_of_the_pair() {
+    // UINT8 per tensor, and INT8 per channel (axis 1) as quantize_static writes activations and weights
+    for (zp_type, scale, zero_point, axis) in [
+        (2, vec![0.25f32], vec![100], None),
+        (3, vec![0.5, 0.125, 1.0], vec![-3, 0, 7], Some(1)),
+    ] {
+        let dims = [scale.len() as i64];
+        let attrs = || axis.map(|a| vec![super::int("axis", a)]).unwrap_or_default();
+        let param_dims: &[i64] = if axis.is_some() { &dims } else { &[] };
+        let model = bytes(
+            vec![
+                node("QuantizeLinear", &["x", "s", "z"], "q", attrs()),
+                node("DequantizeLinear", &["q", "s", "z"], "y", attrs()),
+            ],
+            vec![
+                init("s", param_dims, &scale),
+                codes("z", zp_type, param_dims, &zero_point),
+            ],
+            &[2, 3, 4],
+            &[2, 3, 4],
+        );
+        let model = Arc::new(Model::from_bytes(&model, None).unwrap());
+        assert_eq!(op_names(&model), ["QuantizeDequantize"]);
+        let x = inputs(24);
+        let got = run_cpu(&model, vec![2, 3, 4], x.clone()).to_vec::<f32>().unwrap();
+        let range = if zp_type == 2 { (0, 255) } else { (-128, 127) };
+        for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+            let c = if axis.is_some() { (i / 4) % 3 } else { 0 };
+            assert_eq!(
+                g,
+                fake_quantized(v, scale[c], zero_point[c], range),
+                "element {i} of {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_quantize_read_with_other_parameters_too_stays_for_that_reader() {
+    let model = bytes(
+        vec![
+            node("QuantizeLinear", &["x", "s", "z"], "q", vec![]),
+            node("DequantizeLinear", &["q", "s", "z"], "a", vec![]),
+            node("DequantizeLinear", &["q", "s2", "z"], "b", vec![]),
+            node("Add", &["a", "b"], "y", vec![]),
+        ],
+        vec![
+            init("s", &[], &[0.25]),
+            init("s2", &[], &[0.5]),
+            codes("z", 2, &[], &[10]),
+        ],
+        &[6],
+        &[6],
+    );
+    let model = Arc::new(Model::from_bytes(&model, None).unwrap());
+    let ops = op_names(&model);
+    for op in ["QuantizeLinear", "QuantizeDequantize", "DequantizeLinear"] {
+        assert!(ops.contains(&op), "{ops:?}");
+    }
+    let x = inputs(6);
+    let got = run_cpu(&model, vec![6], x.clone()).to_vec::<f32>().unwrap();
+    for (&g, &v) in got.iter().zip(&x) {
+        let a = fake_quantized(v, 0.25, 10, (0, 255));
+        let q = ((v / 0.25).round_ties_even() as i32 + 10).clamp(0, 255);
+        assert_eq!(g, a + (q - 10) as f32 * 0.5, "{v}");
+    }
+}
