@@ -5,6 +5,9 @@
 
 use std::ops::Range;
 
+use rayon::prelude::*;
+
+use crate::cpu::elementwise::PAR_MIN;
 use crate::cpu::{Buf, arena, simd};
 use crate::error::{EngineError, Result};
 use crate::tensor::DataType;
@@ -478,6 +481,14 @@ pub(crate) fn quantize_dequantize(
     let isa = simd::isa();
     // every value is written: the runs cover the tensor
     let mut y = arena::take(x.len());
+    if layout == Layout::PerTensor && x.len() >= PAR_MIN {
+        // a batch's activations: pieces on the pool's threads, as the element-wise kernels split them
+        let (s, z) = (scale[0], zero_point.map_or(0, |z| z[0]));
+        y.par_chunks_mut(PAR_MIN / 4)
+            .zip(x.par_chunks(PAR_MIN / 4))
+            .for_each(|(y, x)| quantize_dequantize_run(isa, x, y, s, z, range));
+        return y;
+    }
     layout.runs(x.len(), |r, p, step| {
         if step == 0 {
             let z = zero_point.map_or(0, |z| z[p]);

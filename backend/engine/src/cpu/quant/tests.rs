@@ -230,6 +230,13 @@ fn quantize_dequantize_gives_the_values_of_the_pair_on_every_instruction_set() {
             assert_eq!(y, want, "{isa:?}");
         }
     }
+    // a tensor large enough to be split over the pool's threads
+    let big: Vec<f32> = (0..100_003).map(|i| (i % 2001) as f32 * 0.37 - 370.0).collect();
+    let codes = quantize(&big, &[0.7], Some(&[-4]), Layout::PerTensor, (-128, 127));
+    assert_eq!(
+        quantize_dequantize(&big, &[0.7], Some(&[-4]), Layout::PerTensor, (-128, 127)),
+        dequantize(&codes, &[0.7], Some(&[-4]), Layout::PerTensor, true)
+    );
     // per axis: each row its own scale and zero point
     let layout = Layout::new(&[4, 350], &[4], 0, 0, "s").unwrap();
     let (scales, zps) = ([0.5, 1.0, 0.125, 2.0], [0, 5, -5, 100]);
