@@ -10,6 +10,7 @@ use super::prelude::*;
 use crate::cpu::quant::igemm::{self, ConvGeom};
 use crate::cpu::quant::linear::{self, Layout, int_buf, int_range, ints};
 use crate::cpu::quant::qconv::{PackedFilters, conv_q};
+use crate::cpu::quant::qdepthwise;
 use crate::cpu::quant::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm};
 use crate::ir::{AutoPad, ConvWindow, QuantOp, UnaryOp};
 use crate::wgpu::kernels::quant::{self as gpu_quant, IconvGeom, IgemmShape, ParamLayout, ScaleIndex};
@@ -835,6 +836,14 @@ fn conv_acc(ins: &[In<'_>], win: &ConvWindow, [ix, iw, ixz, iwz]: [usize; 4]) ->
     let zero_points = |i: usize| optional_ints(ins, i, "zero point");
     let (xz, wz) = (zero_points(ixz)?, zero_points(iwz)?);
     let x_zp = xz.as_ref().and_then(|z| z.first().copied()).unwrap_or(0);
+    if let (Some(xc), Some(wc), true) = (codes(x), codes(w), qdepthwise::applies(&geom)) {
+        let values = qdepthwise::depthwise_q(xc, x_zp, wc, wz.as_deref().unwrap_or(&[0]), &geom);
+        return Ok(ConvAcc {
+            values,
+            m: geom.m,
+            out_size: geom.output.iter().product(),
+        });
+    }
     if let (Some(kernel), Some(xc), Some(wc)) = (QKernel::current(), codes(x), codes(w)) {
         let filters = PackedFilters::pack(kernel, wc, geom.m, geom.group);
         let values = conv_q(kernel, xc, x_zp, &filters, wz.as_deref().unwrap_or(&[0]), &geom);

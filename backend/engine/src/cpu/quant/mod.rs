@@ -4,6 +4,7 @@
 pub(crate) mod igemm;
 pub(crate) mod linear;
 pub(crate) mod qconv;
+pub(crate) mod qdepthwise;
 pub(crate) mod qgemm;
 
 #[cfg(test)]

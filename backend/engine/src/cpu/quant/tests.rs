@@ -246,3 +246,60 @@ fn quantize_dequantize_gives_the_values_of_the_pair_on_every_instruction_set() {
         dequantize(&codes, &scales, Some(&zps), layout, true)
     );
 }
+
+#[test]
+fn depthwise_integer_convolution_matches_the_grouped_reference() {
+    use super::qdepthwise::{applies, depthwise_q};
+    use super::qgemm::Codes;
+    // strides, pads (wider than the kernel reaches too), dilations, a one-row input, batch 2
+    let cases = [
+        ([5, 7], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ([6, 9], [3, 3], [2, 1], [1, 1], [1, 1]),
+        ([6, 9], [5, 5], [2, 2], [2, 2], [1, 1]),
+        ([7, 8], [3, 3], [1, 2], [2, 3], [2, 2]),
+        ([1, 12], [1, 3], [1, 1], [0, 1], [1, 1]),
+    ];
+    for (input, kernel, strides, pads, dilations) in cases {
+        let (n, c) = (2, 3);
+        let output: Vec<usize> = (0..2)
+            .map(|d| (input[d] + 2 * pads[d] - dilations[d] * (kernel[d] - 1) - 1) / strides[d] + 1)
+            .collect();
+        let g = ConvGeom {
+            n,
+            c,
+            m: c,
+            group: c,
+            input: input.to_vec(),
+            kernel: kernel.to_vec(),
+            output,
+            strides: strides.to_vec(),
+            pad_begin: pads.to_vec(),
+            dilations: dilations.to_vec(),
+        };
+        assert!(applies(&g));
+        let x_len = n * c * input[0] * input[1];
+        let w_len = c * kernel[0] * kernel[1];
+        let xu: Vec<u8> = (0..x_len).map(|i| ((i * 37 + 11) % 256) as u8).collect();
+        let wi: Vec<i8> = (0..w_len).map(|i| ((i * 53) % 256) as u8 as i8).collect();
+        let (x_zp, w_zp) = (121, [-3, 0, 17]);
+        let got = depthwise_q(Codes::u8(&xu), x_zp, Codes::i8(&wi), &w_zp, &g);
+        let xc: Vec<i16> = xu.iter().map(|&v| (i32::from(v) - x_zp) as i16).collect();
+        let wc: Vec<i16> = wi
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (i32::from(v) - w_zp[i / (kernel[0] * kernel[1])]) as i16)
+            .collect();
+        assert_eq!(
+            got,
+            conv_i32(&xc, &wc, &g),
+            "input {input:?} kernel {kernel:?} strides {strides:?}"
+        );
+        // INT8 input, UINT8 weights, one weight zero point
+        let xi: Vec<i8> = xu.iter().map(|&v| v as i8).collect();
+        let wu: Vec<u8> = wi.iter().map(|&v| v as u8).collect();
+        let got = depthwise_q(Codes::i8(&xi), -5, Codes::u8(&wu), &[128], &g);
+        let xc: Vec<i16> = xi.iter().map(|&v| (i32::from(v) + 5) as i16).collect();
+        let wc: Vec<i16> = wu.iter().map(|&v| (i32::from(v) - 128) as i16).collect();
+        assert_eq!(got, conv_i32(&xc, &wc, &g), "signed input {input:?}");
+    }
+}
