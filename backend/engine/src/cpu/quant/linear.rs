@@ -533,12 +533,34 @@ fn quantize_dequantize_lanes<const FMA: bool>(
 /// The range is x's, extended to include 0; an all-zero input gets scale 1 (as onnxruntime does,
 /// rather than dividing by zero).
 pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
-    let (lo, hi) = x.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let isa = simd::isa();
+    let (lo, hi) = range_with_zero_run(isa, x);
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
-    let y = x
-        .iter()
-        .map(|&v| quantize_one(v, scale, zero_point, (0, 255)) as u8)
-        .collect();
+    let mut y = vec![0u8; x.len()];
+    quantize_u8_run(isa, x, &mut y, scale, zero_point, (0, 255));
     (y, scale, zero_point as u8)
+}
+
+simd::multiversion! {
+    /// The smallest and largest of `x` and 0 (NaN ignored), in vector lanes.
+    pub(crate) fn range_with_zero_run(x: &[f32]) -> (f32, f32) = range_with_zero_lanes;
+}
+
+#[inline(always)]
+fn range_with_zero_lanes<const FMA: bool>(x: &[f32]) -> (f32, f32) {
+    const LANES: usize = 16;
+    let (mut lo, mut hi) = ([0f32; LANES], [0f32; LANES]);
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            lo[j] = lo[j].min(c[j]);
+            hi[j] = hi[j].max(c[j]);
+        }
+    }
+    let init = rest.iter().fold((0f32, 0f32), |(l, h), &v| (l.min(v), h.max(v)));
+    lo.iter()
+        .zip(&hi)
+        .fold(init, |(l, h), (&a, &b)| (l.min(a), h.max(b)))
 }

@@ -4,7 +4,7 @@ use super::igemm::{ConvGeom, conv_i32, igemm};
 use super::linear::{
     Layout, dequantize, dequantize_8bit, dequantize_i8_run, dequantize_run, dequantize_u8_run,
     dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_dequantize, quantize_dequantize_run,
-    quantize_i8_run, quantize_run, quantize_u8_run,
+    quantize_i8_run, quantize_run, quantize_u8_run, range_with_zero_run,
 };
 use crate::cpu::Buf;
 use crate::cpu::simd::all_available;
@@ -301,5 +301,29 @@ fn depthwise_integer_convolution_matches_the_grouped_reference() {
         let xc: Vec<i16> = xi.iter().map(|&v| (i32::from(v) + 5) as i16).collect();
         let wc: Vec<i16> = wu.iter().map(|&v| (i32::from(v) - 128) as i16).collect();
         assert_eq!(got, conv_i32(&xc, &wc, &g), "signed input {input:?}");
+    }
+}
+
+#[test]
+fn the_range_of_a_dynamic_quantization_holds_zero_and_skips_nan_on_every_instruction_set() {
+    for n in [0, 5, 16, 37, 1000] {
+        let x: Vec<f32> = (0..n).map(|i| ((i * 29) % 97) as f32 * 0.5 + 3.0).collect();
+        let want_hi = x.iter().copied().fold(0f32, f32::max);
+        let mut with_nan = x.clone();
+        with_nan.push(f32::NAN);
+        let neg: Vec<f32> = x.iter().map(|v| -v).collect();
+        for isa in all_available() {
+            assert_eq!(range_with_zero_run(isa, &x), (0.0, want_hi), "{isa:?} n {n}");
+            assert_eq!(
+                range_with_zero_run(isa, &with_nan),
+                (0.0, want_hi),
+                "{isa:?} n {n} NaN"
+            );
+            assert_eq!(
+                range_with_zero_run(isa, &neg),
+                (-want_hi, 0.0),
+                "{isa:?} n {n} negative"
+            );
+        }
     }
 }
