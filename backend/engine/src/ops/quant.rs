@@ -132,6 +132,16 @@ fn param_input(_op: &Op, _i: usize) -> bool {
     false
 }
 
+/// Refuses a QuantizeLinear input that is neither a float type nor INT32.
+fn quantizable(x: DataType) -> Result<()> {
+    if x.is_float() || x == DataType::I32 {
+        return Ok(());
+    }
+    Err(EngineError::invalid(format!(
+        "QuantizeLinear input x is {x}; it must be a float type or INT32"
+    )))
+}
+
 fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved> {
     let Op::Quant(q) = op else {
         return Err(wrong_family(op, "quant"));
@@ -147,12 +157,7 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
             output_dtype,
         } => {
             let x = req(ins, 0, "x")?;
-            if !(x.dtype.is_float() || x.dtype == DataType::I32) {
-                return Err(EngineError::invalid(format!(
-                    "QuantizeLinear input x is {}; it must be a float type or INT32",
-                    x.dtype
-                )));
-            }
+            quantizable(x.dtype)?;
             let axis = check_params(x.shape, req(ins, 1, "y_scale")?, opt(ins, 2), *axis, *block_size)?;
             let zp_dtype = opt(ins, 2).map(|z| z.dtype);
             let to = match (output_dtype, zp_dtype) {
@@ -214,12 +219,7 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
         } => {
             let x = req(ins, 0, "x")?;
             let scale = req(ins, 1, "scale")?;
-            if !(x.dtype.is_float() || x.dtype == DataType::I32) {
-                return Err(EngineError::invalid(format!(
-                    "QuantizeLinear input x is {}; it must be a float type or INT32",
-                    x.dtype
-                )));
-            }
+            quantizable(x.dtype)?;
             if scale.dtype != DataType::F32 {
                 return Err(EngineError::internal(format!(
                     "QuantizeDequantize with a {} scale: the pass makes it for FP32 scales only",

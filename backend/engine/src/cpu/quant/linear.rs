@@ -266,73 +266,60 @@ pub(crate) fn quantize_8bit(
     layout: Layout,
     dtype: DataType,
 ) -> Option<Buf> {
-    let isa = simd::isa();
     Some(match dtype {
-        DataType::U8 => Buf::U8(quantize_into(
-            x,
-            scale,
-            zero_point,
-            layout,
-            (0, 255),
-            |x, y, s, z, range| quantize_u8_run(isa, x, y, s, z, range),
-            |q| q as u8,
-        )),
-        DataType::I8 => Buf::I8(quantize_into(
-            x,
-            scale,
-            zero_point,
-            layout,
-            (-128, 127),
-            |x, y, s, z, range| quantize_i8_run(isa, x, y, s, z, range),
-            |q| q as i8,
-        )),
+        DataType::U8 => {
+            let mut y = vec![0u8; x.len()];
+            quantize_bytes(x, scale, zero_point, layout, (0, 255), &mut y);
+            Buf::U8(y)
+        }
+        DataType::I8 => {
+            let mut y = vec![0i8; x.len()];
+            quantize_bytes(
+                x,
+                scale,
+                zero_point,
+                layout,
+                (-128, 127),
+                bytemuck::cast_slice_mut(&mut y),
+            );
+            Buf::I8(y)
+        }
         _ => return None,
     })
 }
 
-/// [`quantize`] into codes of type `T`: `run` quantizes a run of one scale, `code` narrows one value
-/// already in `range`.
-fn quantize_into<T: Copy + Default>(
+/// [`quantize`] into each code's byte: the value for UINT8, its two's complement for INT8 (`range`
+/// says which).
+fn quantize_bytes(
     x: &[f32],
     scale: &[f32],
     zero_point: Option<&[i32]>,
     layout: Layout,
     range: (i32, i32),
-    run: impl Fn(&[f32], &mut [T], f32, i32, (i32, i32)),
-    code: impl Fn(i32) -> T,
-) -> Vec<T> {
-    let mut y = vec![T::default(); x.len()];
+    y: &mut [u8],
+) {
+    let isa = simd::isa();
     layout.runs(x.len(), |r, p, step| {
         if step == 0 {
-            run(
-                &x[r.clone()],
-                &mut y[r],
-                scale[p],
-                zero_point.map_or(0, |z| z[p]),
-                range,
-            );
+            let z = zero_point.map_or(0, |z| z[p]);
+            quantize_bytes_run(isa, &x[r.clone()], &mut y[r], scale[p], z, range);
             return;
         }
         for (j, i) in r.enumerate() {
             let q = p + j * step;
-            y[i] = code(quantize_one(
-                x[i],
-                scale[q],
-                zero_point.map_or(0, |z| z[q]),
-                range,
-            ));
+            y[i] = quantize_one(x[i], scale[q], zero_point.map_or(0, |z| z[q]), range) as u8;
         }
     });
-    y
 }
 
 simd::multiversion! {
-    /// `y[i] = quantize_one(x[i], scale, zero_point, range)` as UINT8 codes, in vector lanes.
-    pub(crate) fn quantize_u8_run(x: &[f32], y: &mut [u8], scale: f32, zero_point: i32, range: (i32, i32)) = quantize_u8_lanes;
+    /// `y[i]` = the byte of `quantize_one(x[i], scale, zero_point, range)` (an 8-bit range: INT8 codes
+    /// come out in two's complement), in vector lanes.
+    pub(crate) fn quantize_bytes_run(x: &[f32], y: &mut [u8], scale: f32, zero_point: i32, range: (i32, i32)) = quantize_bytes_lanes;
 }
 
 #[inline(always)]
-fn quantize_u8_lanes<const FMA: bool>(
+fn quantize_bytes_lanes<const FMA: bool>(
     x: &[f32],
     y: &mut [u8],
     scale: f32,
@@ -341,24 +328,6 @@ fn quantize_u8_lanes<const FMA: bool>(
 ) {
     for (o, &v) in y.iter_mut().zip(x) {
         *o = quantize_one(v, scale, zero_point, range) as u8;
-    }
-}
-
-simd::multiversion! {
-    /// `y[i] = quantize_one(x[i], scale, zero_point, range)` as INT8 codes, in vector lanes.
-    pub(crate) fn quantize_i8_run(x: &[f32], y: &mut [i8], scale: f32, zero_point: i32, range: (i32, i32)) = quantize_i8_lanes;
-}
-
-#[inline(always)]
-fn quantize_i8_lanes<const FMA: bool>(
-    x: &[f32],
-    y: &mut [i8],
-    scale: f32,
-    zero_point: i32,
-    range: (i32, i32),
-) {
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o = quantize_one(v, scale, zero_point, range) as i8;
     }
 }
 
@@ -538,7 +507,7 @@ pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
     let mut y = vec![0u8; x.len()];
-    quantize_u8_run(isa, x, &mut y, scale, zero_point, (0, 255));
+    quantize_bytes_run(isa, x, &mut y, scale, zero_point, (0, 255));
     (y, scale, zero_point as u8)
 }
 

@@ -3,8 +3,8 @@
 use super::igemm::{ConvGeom, conv_i32, igemm};
 use super::linear::{
     Layout, dequantize, dequantize_8bit, dequantize_i8_run, dequantize_run, dequantize_u8_run,
-    dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_dequantize, quantize_dequantize_run,
-    quantize_i8_run, quantize_run, quantize_u8_run, range_with_zero_run,
+    dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_bytes_run, quantize_dequantize,
+    quantize_dequantize_run, quantize_run, range_with_zero_run,
 };
 use crate::cpu::Buf;
 use crate::cpu::simd::all_available;
@@ -190,7 +190,7 @@ fn eight_bit_runs_match_the_i32_runs_on_every_instruction_set() {
         let mut want = vec![0; x.len()];
         quantize_run(isa, &x, &mut want, 0.5, 3, (0, 255));
         let mut u = vec![0u8; x.len()];
-        quantize_u8_run(isa, &x, &mut u, 0.5, 3, (0, 255));
+        quantize_bytes_run(isa, &x, &mut u, 0.5, 3, (0, 255));
         assert!(u.iter().zip(&want).all(|(&a, &b)| i32::from(a) == b), "{isa:?}");
         let mut back = vec![0.0; u.len()];
         dequantize_u8_run(isa, &u, &mut back, 0.5, 3);
@@ -201,7 +201,7 @@ fn eight_bit_runs_match_the_i32_runs_on_every_instruction_set() {
 
         quantize_run(isa, &x, &mut want, 0.25, -7, (-128, 127));
         let mut i = vec![0i8; x.len()];
-        quantize_i8_run(isa, &x, &mut i, 0.25, -7, (-128, 127));
+        quantize_bytes_run(isa, &x, bytemuck::cast_slice_mut(&mut i), 0.25, -7, (-128, 127));
         assert!(i.iter().zip(&want).all(|(&a, &b)| i32::from(a) == b), "{isa:?}");
         dequantize_i8_run(isa, &i, &mut back, 0.25, -7);
         assert!(

@@ -82,7 +82,18 @@ fn model(
     input: ValueInfoProto,
     output: ValueInfoProto,
 ) -> Arc<Model> {
-    let m = ModelProto {
+    let bytes = model_bytes(nodes, initializer, input, output);
+    Arc::new(Model::from_bytes(&bytes, None).unwrap())
+}
+
+/// [`model`]'s ONNX bytes, for a test that loads the graph itself.
+fn model_bytes(
+    nodes: Vec<NodeProto>,
+    initializer: Vec<TensorProto>,
+    input: ValueInfoProto,
+    output: ValueInfoProto,
+) -> Vec<u8> {
+    ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
             domain: String::new(),
@@ -97,8 +108,8 @@ fn model(
             ..Default::default()
         }),
         ..Default::default()
-    };
-    Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap())
+    }
+    .encode_to_vec()
 }
 
 /// The model's one output on the CPU executor for input `x` of `shape`.

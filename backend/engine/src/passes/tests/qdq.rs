@@ -4,32 +4,14 @@
 
 use std::sync::Arc;
 
-use prost::Message;
-
-use super::{op_names, run_cpu, value};
+use super::{model_bytes, op_names, run_cpu, value};
 use crate::Model;
 use crate::onnx::proto::*;
 use crate::onnx::test_graph::{init, node};
 
-/// A one-input, one-output opset-17 model, as bytes.
+/// A one-input (`x`), one-output (`y`) opset-17 model, as bytes.
 fn bytes(nodes: Vec<NodeProto>, initializer: Vec<TensorProto>, x: &[i64], y: &[i64]) -> Vec<u8> {
-    ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(GraphProto {
-            node: nodes,
-            name: "qdq".into(),
-            initializer,
-            input: vec![value("x", x, &[])],
-            output: vec![value("y", y, &[])],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-    .encode_to_vec()
+    model_bytes(nodes, initializer, value("x", x, &[]), value("y", y, &[]))
 }
 
 /// An 8-bit initializer (`elem_type` 2 = UINT8, 3 = INT8).
