@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use crate::cpu::arena;
-use crate::cpu::depthwise::depthwise2d;
+use crate::cpu::depthwise::{Filters, depthwise2d, filter_lanes};
 use crate::cpu::epilogue::Epi;
 use crate::cpu::gemm::{MatRef, sgemm};
 use crate::cpu::mm::{
@@ -323,11 +323,16 @@ pub(crate) enum PackedFilters {
     Channels(Vec<PackedA>),
     /// as the B operand of the transposed product ([`ConvGeom::by_positions`])
     Positions(PackedB),
+    /// a depthwise convolution's filters with channels in lanes ([`filter_lanes`])
+    Lanes(Vec<f32>),
 }
 
 /// The filters `w` ([M, C/group, k…]) of the convolution `g` packed for the product it runs.
 pub(crate) fn pack_filters(w: &[f32], g: &ConvGeom<'_>, isa: Isa) -> Result<PackedFilters> {
-    Ok(if g.by_positions() {
+    Ok(if g.is_depthwise() {
+        let klen: usize = g.kernel.iter().product();
+        PackedFilters::Lanes(filter_lanes(w, g.c, klen))
+    } else if g.by_positions() {
         PackedFilters::Positions(pack_filters_by_positions(w, g.m, isa)?)
     } else {
         PackedFilters::Channels(pack_weights(w, g.m, g.group, isa)?)
@@ -400,7 +405,11 @@ fn conv_isa(
         return Ok(out);
     }
     if g.is_depthwise() {
-        depthwise2d(isa, x, w, bias, g, epi, &mut out);
+        let lanes = match packed {
+            Some(PackedFilters::Lanes(l)) => Some(l.as_slice()),
+            _ => None,
+        };
+        depthwise2d(isa, x, Filters { values: w, lanes }, bias, g, epi, &mut out);
         return Ok(out);
     }
     if g.of_single_positions() {

@@ -1,5 +1,6 @@
 //! Depthwise 2-D convolution (group == C == M): a direct kernel, vectorised over output columns,
-//! with the bias and the epilogue fused.
+//! with the bias and the epilogue fused; small planes on x86-64 with channels in lanes instead
+//! ([`lanes`]).
 //!
 //! Each input plane is first copied into a zero-padded, stride-phase-split scratch plane
 //! ([`PadPlane`]), so that for every kernel tap the inputs of consecutive outputs are consecutive:
@@ -12,11 +13,22 @@ use crate::cpu::epilogue::Epi;
 use crate::cpu::padded::{PadPlane, Window};
 use crate::cpu::simd::{Isa, fmadd, multiversion};
 
+mod lanes;
+
+pub(crate) use lanes::filter_lanes;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 /// Outputs computed together (one AVX-512 vector, two AVX2 vectors).
 pub(crate) const V: usize = 16;
+
+/// A depthwise convolution's filters (C×kh×kw), and the same with channels in lanes when they
+/// were made at plan time ([`filter_lanes`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Filters<'a> {
+    pub(crate) values: &'a [f32],
+    pub(crate) lanes: Option<&'a [f32]>,
+}
 
 /// Multiply-adds per parallel task, at least.
 const TASK_MACS: usize = 1 << 15;
@@ -26,12 +38,17 @@ const TASK_MACS: usize = 1 << 15;
 pub(crate) fn depthwise2d(
     isa: Isa,
     x: &[f32],
-    w: &[f32],
+    filters: Filters<'_>,
     bias: Option<&[f32]>,
     g: &ConvGeom<'_>,
     epi: &Epi<'_>,
     out: &mut [f32],
 ) {
+    if lanes::applies(isa, g) {
+        lanes::depthwise_lanes(isa, x, filters, bias, g, epi, out);
+        return;
+    }
+    let w = filters.values;
     let win = Window::new(g.in_sp, g.out_sp, g.kernel, g.strides, g.dilations, g.pads);
     let plane_in = win.ih * win.iw;
     let plane_out = win.oh * win.ow;

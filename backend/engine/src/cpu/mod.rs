@@ -145,9 +145,6 @@ fn prepare(
             let Some(geom) = conv::ConvGeom::of_conv(&node.op, sx, sw, so) else {
                 return Ok(None);
             };
-            if geom.is_depthwise() {
-                return Ok(None);
-            }
             let packing = Packing::ConvWeights {
                 group: *group,
                 by_positions: geom.by_positions(),

@@ -320,11 +320,15 @@ fn depthwise_convolutions_match_a_direct_loop_on_every_instruction_set() {
         case(1, 3, 40, 37, 3, 3, 2, 1, 1, 3),
         case(3, 4, 7, 7, 4, 5, 1, 2, 1, 4),
         case(1, 2, 1, 1, 2, 3, 1, 1, 1, 2),
-        // narrow planes run channels-last: channel counts past a vector, not a multiple of it
+        // small planes run with channels in lanes on x86-64: channel counts past a vector, not a
+        // multiple of it, dilated, strided
         case(1, 37, 14, 14, 37, 5, 2, 2, 1, 37),
         case(2, 20, 9, 12, 20, 3, 1, 2, 2, 20),
-        // wide planes run plane by plane
         case(1, 4, 30, 33, 4, 3, 2, 1, 1, 4),
+        case(2, 40, 7, 7, 40, 5, 1, 2, 1, 40),
+        // large planes (over 32 × 32 outputs) run plane by plane
+        case(1, 3, 36, 35, 3, 3, 1, 1, 1, 3),
+        case(1, 18, 66, 66, 18, 3, 2, 1, 1, 18),
         Case {
             p: [0, 2, 1, 0],
             s: [3, 2],
