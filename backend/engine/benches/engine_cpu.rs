@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 
 use infergate_engine::{DataType, ExecutorKind, Model, Session, SessionOptions, Tensor};
 
+/// The backend binary's allocator, so that the figures are the ones it serves at.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Runs before timing: a batch that can run split settles on whole or split over its first four
 /// (the CPU executor times both ways on real runs), then one more.
 const WARMUP_RUNS: usize = 5;

@@ -23,6 +23,10 @@ use anyhow::{Context, bail};
 use infergate_engine::cpu::CpuExecutor;
 use infergate_engine::{DataType, Dim, Model, SessionOptions, Tensor};
 
+/// The backend binary's allocator, so that the figures are the ones it serves at.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Runs before timing: a batch that can run split settles on whole or split over its first four
 /// (the CPU executor times both ways on real runs), then one more.
 const WARMUP_RUNS: usize = 5;

@@ -16,6 +16,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc rather than glibc's allocator: tensors of hundreds of kilobytes and more (a request's
+/// input, outputs, the buffers of the rayon threads) came back from glibc as fresh pages on most runs
+/// (its per-thread heaps are trimmed as they empty), a page fault per 4 KiB: a convolution with a
+/// 3 MB output ran in 7.4 ms per request instead of 1.5, the 640×640 text detector about 10% slower.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_logging(verbose: u32, format: LogFormat) {
     let level = match verbose {
         0 => "info",
