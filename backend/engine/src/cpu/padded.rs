@@ -128,7 +128,7 @@ impl PadPlane {
 
 /// `dst[j] = src[first + j·step]` for every `j` of `dst`.
 #[inline(always)]
-pub(crate) fn strided_copy(dst: &mut [f32], src: &[f32], step: usize, first: usize) {
+pub(crate) fn strided_copy<T: Copy>(dst: &mut [T], src: &[T], step: usize, first: usize) {
     if dst.is_empty() {
         return;
     }

@@ -5,6 +5,8 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::padded::strided_copy;
+
 /// Work (multiply-adds) below which a product runs on one thread.
 const PARALLEL_FROM: usize = 1 << 16;
 
@@ -84,9 +86,7 @@ pub(crate) fn conv_i32(x: &[i16], w: &[i16], g: &ConvGeom) -> Vec<i32> {
                 let xc = &x[x0 + ci * in_size..x0 + (ci + 1) * in_size];
                 for kp in 0..k_size {
                     let dst = &mut cols[(ci * k_size + kp) * out_size..(ci * k_size + kp + 1) * out_size];
-                    for (d, src) in dst.iter_mut().zip(taps.sources(kp)) {
-                        *d = src.map_or(0, |s| xc[s]);
-                    }
+                    taps.fill(kp, xc, 0, dst);
                 }
             }
             let w_g = &w[grp * mg * rows..(grp + 1) * mg * rows];
@@ -97,15 +97,43 @@ pub(crate) fn conv_i32(x: &[i16], w: &[i16], g: &ConvGeom) -> Vec<i32> {
     y
 }
 
-/// For each kernel position and output position, the input offset it reads (`None` in padding).
-pub(super) struct Taps {
-    /// `[kernel position][output position]`
-    table: Vec<Option<usize>>,
-    out_size: usize,
+/// Where each kernel position's row of the im2col matrix reads, for [`Taps::fill`].
+pub(super) enum Taps {
+    /// 2-D: each output row reads one input row, found as the row is filled
+    Plane(PlaneTaps),
+    /// other ranks: for each kernel position and output position, the input offset it reads
+    /// (`None` in padding)
+    Table {
+        /// `[kernel position][output position]`
+        table: Vec<Option<usize>>,
+        out_size: usize,
+    },
+}
+
+/// A 2-D window: input and output sizes, kernel width, strides, dilations, padding before.
+pub(super) struct PlaneTaps {
+    ih: usize,
+    iw: usize,
+    ow: usize,
+    kw: usize,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pads: [usize; 2],
 }
 
 impl Taps {
     pub(super) fn new(g: &ConvGeom) -> Taps {
+        if g.input.len() == 2 {
+            return Taps::Plane(PlaneTaps {
+                ih: g.input[0],
+                iw: g.input[1],
+                ow: g.output[1],
+                kw: g.kernel[1],
+                strides: [g.strides[0], g.strides[1]],
+                dilations: [g.dilations[0], g.dilations[1]],
+                pads: [g.pad_begin[0], g.pad_begin[1]],
+            });
+        }
         let out_size: usize = g.output.iter().product();
         let k_size: usize = g.kernel.iter().product();
         let rank = g.input.len();
@@ -127,12 +155,59 @@ impl Taps {
             }
             step(&mut kidx, &g.kernel);
         }
-        Taps { table, out_size }
+        Taps::Table { table, out_size }
     }
 
-    pub(super) fn sources(&self, kernel_pos: usize) -> &[Option<usize>] {
-        &self.table[kernel_pos * self.out_size..(kernel_pos + 1) * self.out_size]
+    /// Kernel position `kp`'s row of the im2col matrix (a value per output position) from one
+    /// channel's input `xc` into `dst`, `pad` where the window lies in the padding.
+    pub(super) fn fill<T: Copy>(&self, kp: usize, xc: &[T], pad: T, dst: &mut [T]) {
+        match self {
+            Taps::Plane(p) => {
+                let (ky, kx) = (kp / p.kw, kp % p.kw);
+                let [sh, sw] = p.strides;
+                let dy = (ky * p.dilations[0]) as isize - p.pads[0] as isize;
+                let dx = (kx * p.dilations[1]) as isize - p.pads[1] as isize;
+                let cols = valid_columns(p.ow, sw, dx, p.iw);
+                for (oy, row) in dst.chunks_exact_mut(p.ow.max(1)).enumerate() {
+                    let iy = (oy * sh) as isize + dy;
+                    if iy < 0 || iy >= p.ih as isize || cols.is_empty() {
+                        row.fill(pad);
+                        continue;
+                    }
+                    let src = &xc[iy as usize * p.iw..(iy as usize + 1) * p.iw];
+                    row[..cols.start].fill(pad);
+                    row[cols.end..].fill(pad);
+                    let first = ((cols.start * sw) as isize + dx) as usize;
+                    strided_copy(&mut row[cols.clone()], src, sw, first);
+                }
+            }
+            Taps::Table { table, out_size } => {
+                let sources = &table[kp * out_size..(kp + 1) * out_size];
+                for (d, src) in dst.iter_mut().zip(sources) {
+                    *d = src.map_or(pad, |s| xc[s]);
+                }
+            }
+        }
     }
+}
+
+/// The output columns `ox` whose input column `ox·stride + offset` lies in `0..width`.
+pub(super) fn valid_columns(
+    out: usize,
+    stride: usize,
+    offset: isize,
+    width: usize,
+) -> std::ops::Range<usize> {
+    let s = stride as isize;
+    let lo = if offset < 0 { (-offset + s - 1) / s } else { 0 };
+    let last = width as isize - 1 - offset;
+    let hi = if last < 0 {
+        0
+    } else {
+        (last / s + 1).min(out as isize)
+    };
+    let lo = lo.min(hi);
+    lo as usize..hi as usize
 }
 
 /// Advances a row-major multi-index within `dims`.

@@ -522,10 +522,12 @@ fn range_with_zero_lanes<const FMA: bool>(x: &[f32]) -> (f32, f32) {
     let (mut lo, mut hi) = ([0f32; LANES], [0f32; LANES]);
     let chunks = x.chunks_exact(LANES);
     let rest = chunks.remainder();
+    // compare-and-select rather than `f32::min`/`max`, whose NaN rule LLVM kept lane by lane
+    // (scalar, through the stack); a NaN compares false and is passed over the same way
     for c in chunks {
         for j in 0..LANES {
-            lo[j] = lo[j].min(c[j]);
-            hi[j] = hi[j].max(c[j]);
+            lo[j] = if c[j] < lo[j] { c[j] } else { lo[j] };
+            hi[j] = if c[j] > hi[j] { c[j] } else { hi[j] };
         }
     }
     let init = rest.iter().fold((0f32, 0f32), |(l, h), &v| (l.min(v), h.max(v)));

@@ -57,11 +57,7 @@ pub(crate) fn conv_q(
                     let xc = &x_bits[x0 + ci * in_size..x0 + (ci + 1) * in_size];
                     match &taps {
                         None => dst.copy_from_slice(xc),
-                        Some(taps) => {
-                            for (d, src) in dst.iter_mut().zip(taps.sources(kp)) {
-                                *d = src.map_or(pad, |s| xc[s]);
-                            }
-                        }
+                        Some(taps) => taps.fill(kp, xc, pad, dst),
                     }
                 });
             let zp = if w_zp.len() == 1 {

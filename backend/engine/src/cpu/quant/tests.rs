@@ -1,6 +1,6 @@
 //! The quantization kernels against values worked out by hand from the ONNX definitions.
 
-use super::igemm::{ConvGeom, conv_i32, igemm};
+use super::igemm::{ConvGeom, Taps, conv_i32, igemm};
 use super::linear::{
     Layout, dequantize, dequantize_8bit, dequantize_i8_run, dequantize_run, dequantize_u8_run,
     dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_bytes_run, quantize_dequantize,
@@ -323,6 +323,60 @@ fn the_range_of_a_dynamic_quantization_holds_zero_and_skips_nan_on_every_instruc
                 range_with_zero_run(isa, &neg),
                 (-want_hi, 0.0),
                 "{isa:?} n {n} negative"
+            );
+        }
+    }
+}
+
+/// The 2-D im2col rows (filled output row by output row) against the N-d table, the same window
+/// with a leading axis of 1: strides, dilations, one-sided and wide padding, taps wholly outside.
+#[test]
+fn plane_im2col_rows_match_the_nd_table() {
+    // (input, kernel, strides, pads before, dilations)
+    let cases = [
+        ([7, 9], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ([48, 192], [3, 3], [2, 2], [1, 1], [1, 1]),
+        ([6, 5], [2, 3], [2, 1], [1, 0], [2, 2]),
+        ([5, 4], [5, 5], [1, 3], [4, 4], [1, 1]),
+        ([2, 3], [3, 3], [1, 1], [2, 2], [2, 2]),
+    ];
+    for (input, kernel, strides, pads, dilations) in cases {
+        let output: Vec<usize> = (0..2)
+            .map(|d| (input[d] + 2 * pads[d] - dilations[d] * (kernel[d] - 1) - 1) / strides[d] + 1)
+            .collect();
+        let with_lead = |lead: &[usize], v: &[usize]| [lead, v].concat();
+        let plane = ConvGeom {
+            n: 1,
+            c: 1,
+            m: 1,
+            group: 1,
+            input: input.to_vec(),
+            kernel: kernel.to_vec(),
+            output: output.clone(),
+            strides: strides.to_vec(),
+            pad_begin: pads.to_vec(),
+            dilations: dilations.to_vec(),
+        };
+        let nd = ConvGeom {
+            input: with_lead(&[1], &input),
+            kernel: with_lead(&[1], &kernel),
+            output: with_lead(&[1], &output),
+            strides: with_lead(&[1], &strides),
+            pad_begin: with_lead(&[0], &pads),
+            dilations: with_lead(&[1], &dilations),
+            ..plane.clone()
+        };
+        let (a, b) = (Taps::new(&plane), Taps::new(&nd));
+        assert!(matches!(a, Taps::Plane(_)) && matches!(b, Taps::Table { .. }));
+        let xc: Vec<i32> = (0..input[0] * input[1]).map(|v| v as i32 + 1).collect();
+        let out_size = output[0] * output[1];
+        for kp in 0..kernel[0] * kernel[1] {
+            let (mut got, mut want) = (vec![-7; out_size], vec![-9; out_size]);
+            a.fill(kp, &xc, 0, &mut got);
+            b.fill(kp, &xc, 0, &mut want);
+            assert_eq!(
+                got, want,
+                "input {input:?} kernel {kernel:?} strides {strides:?} pads {pads:?} tap {kp}"
             );
         }
     }
