@@ -71,8 +71,10 @@ fn max_plane_body<const FMA: bool>(
                 let Some(s) = scratch.get(base..base + V) else {
                     continue;
                 };
+                // compare-and-select: `f32::max`'s NaN rule kept the loop lane by lane; a NaN
+                // compares false and is passed over as `max` passes it over
                 for (b, &s) in best.iter_mut().zip(s) {
-                    *b = b.max(s);
+                    *b = if s > *b { s } else { *b };
                 }
             }
             let n = V.min(ow - ox0);
