@@ -188,9 +188,11 @@ fn softmax_rows_body<const FMA: bool>(src: &[f32], dst: &mut [f32], d: usize, lo
             .copied()
             .fold(f32::NEG_INFINITY, f32::max);
         let mut mx = [f32::NEG_INFINITY; LANES];
+        // compare-and-select: `f32::max`'s NaN rule costs a compare and a blend per vector; a
+        // NaN is passed over the same way (and then makes the row NaN through its exp)
         for c in chunks {
             for (a, &v) in mx.iter_mut().zip(c) {
-                *a = a.max(v);
+                *a = if v > *a { v } else { *a };
             }
         }
         let m = mx.iter().copied().fold(tail_max, f32::max);
