@@ -36,11 +36,9 @@ pub(super) fn applies(isa: Isa, g: &ConvGeom<'_>) -> bool {
     matches!(isa, Isa::Avx512 | Isa::Avx2) && plane <= MAX_PLANE
 }
 
-/// The padded input block's extent (rows, columns) for window `w`: every position an output reads.
-fn padded_extent(w: &Window) -> (usize, usize) {
-    let rows = (w.oh - 1) * w.sh + (w.kh - 1) * w.dh + 1;
-    let cols = (w.ow - 1) * w.sw + (w.kw - 1) * w.dw + 1;
-    (rows, cols)
+/// The padded input's row width for window `w`: every column an output row reads.
+fn padded_width(w: &Window) -> usize {
+    (w.ow - 1) * w.sw + (w.kw - 1) * w.dw + 1
 }
 
 /// `out` (N×C planes of oh×ow) = depthwise conv of `x` (N×C planes of ih×iw) with `w` (C×kh×kw),
@@ -61,7 +59,7 @@ pub(super) fn depthwise_lanes(
     }
     let blocks = g.c.div_ceil(L);
     let klen = win.kh * win.kw;
-    let (_, pw) = padded_extent(&win);
+    let pw = padded_width(&win);
     let owned;
     let filters = match filters.lanes {
         Some(l) if l.len() == blocks * klen * L => l,

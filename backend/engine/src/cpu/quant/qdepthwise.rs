@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::igemm::{ConvGeom, valid_columns};
-use super::qgemm::Codes;
+use super::qgemm::{Codes, value};
 use crate::cpu::simd::{self, multiversion};
 
 /// Multiply-adds per parallel task, at least.
@@ -53,10 +53,9 @@ fn one_plane_body<const FMA: bool>(
     let (ih, iw) = (g.input[0], g.input[1]);
     let ow = g.output[1];
     let kw = g.kernel[1];
-    let value = |signed: bool, b: u8| if signed { i32::from(b as i8) } else { i32::from(b) };
-    let xs: Vec<i32> = x.bits().iter().map(|&b| value(x.signed(), b) - x_zp).collect();
+    let xs: Vec<i32> = x.bits().iter().map(|&b| value(b, x.signed()) - x_zp).collect();
     for (t, &code) in w.bits().iter().enumerate() {
-        let tap = value(w.signed(), code) - w_zp;
+        let tap = value(code, w.signed()) - w_zp;
         if tap == 0 {
             continue;
         }

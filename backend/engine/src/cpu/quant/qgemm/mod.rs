@@ -271,7 +271,7 @@ impl PackedRight {
 
 /// The value of a code's byte.
 #[inline]
-fn value(b: u8, signed: bool) -> i32 {
+pub(super) fn value(b: u8, signed: bool) -> i32 {
     if signed { i32::from(b as i8) } else { i32::from(b) }
 }
 
