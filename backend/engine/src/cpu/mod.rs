@@ -115,15 +115,18 @@ struct SplitPlan {
     choice: split::Choice,
 }
 
-/// Pack a node's constant f32 weights for its kernel (once per executor, [`Weights::packed`]): a
-/// Conv's filters (unless depthwise), a MatMul's or Gemm's 2-D right-hand side.
+/// Pack a node's constant weights for its kernel (once per executor, [`Weights::packed`]): a
+/// Conv's filters, a MatMul's or Gemm's 2-D right-hand side, and the 8-bit ones of the integer
+/// convolutions (unless depthwise) and products.
 fn prepare(
     g: &ConcreteGraph,
     consts: &[Option<Arc<Buf>>],
     weights: &Weights,
     node: &crate::ir::Node,
 ) -> Result<Option<Arc<Prepared>>> {
-    use crate::ir::Op;
+    use crate::cpu::quant::qconv::PackedFilters as QPackedFilters;
+    use crate::cpu::quant::qgemm::{Codes, PackedRight, QKernel};
+    use crate::ir::{Op, QuantOp};
     let isa = simd::isa();
     let constant = |i: usize| -> Option<(&[f32], &[usize], &Tensor)> {
         let v = node.input(i)?;
@@ -133,6 +136,16 @@ fn prepare(
         }
     };
     let input_shape = |i: usize| node.input(i).map(|v| g.values[v.0].shape.as_slice());
+    // a constant of 8-bit codes, for the integer products
+    let constant_codes = |i: usize| -> Option<(Codes<'_>, &[usize], &Tensor)> {
+        let v = node.input(i)?;
+        let codes = match consts[v.0].as_deref()? {
+            Buf::U8(d) => Codes::u8(d),
+            Buf::I8(d) => Codes::i8(d),
+            _ => return None,
+        };
+        Some((codes, g.values[v.0].shape.as_slice(), g.constants.get(&v)?))
+    };
     Ok(match &node.op {
         Op::Conv { group, .. } => {
             let (Some((w, sw, t)), Some(sx)) = (constant(1), input_shape(0)) else {
@@ -153,6 +166,58 @@ fn prepare(
             Some(weights.packed(t, packing, || {
                 Ok(Prepared::ConvWeights(conv::pack_filters(w, &geom, isa)?))
             })?)
+        }
+        Op::Quant(QuantOp::ConvInteger(win) | QuantOp::QLinearConv(win)) => {
+            // the filters are input 1 of ConvInteger, input 3 of QLinearConv
+            let iw = if matches!(node.op, Op::Quant(QuantOp::ConvInteger(_))) {
+                1
+            } else {
+                3
+            };
+            let (Some(kernel), Some((w, sw, t)), Some(sx)) =
+                (QKernel::current(), constant_codes(iw), input_shape(0))
+            else {
+                return Ok(None);
+            };
+            // depthwise ones run their own kernel on the codes as they are
+            let depthwise =
+                win.group > 1 && sx.len() == 4 && sx.get(1) == Some(&win.group) && sw[0] == win.group;
+            if depthwise || sw.is_empty() || sw[0] % win.group.max(1) != 0 {
+                return Ok(None);
+            }
+            let packing = Packing::QConvFilters {
+                group: win.group,
+                kernel,
+            };
+            Some(weights.packed(t, packing, || {
+                Ok(Prepared::QConvFilters(QPackedFilters::pack(
+                    kernel, w, sw[0], win.group,
+                )))
+            })?)
+        }
+        Op::Quant(QuantOp::MatMulInteger | QuantOp::QLinearMatMul) => {
+            // B is input 1 of MatMulInteger, input 3 of QLinearMatMul
+            let ib = if matches!(node.op, Op::Quant(QuantOp::MatMulInteger)) {
+                1
+            } else {
+                3
+            };
+            let left_signed = node.input(0).map(|a| g.values[a.0].dtype) == Some(DataType::I8);
+            match (QKernel::current(), constant_codes(ib)) {
+                (Some(kernel), Some((b, sb, t))) if sb.len() == 2 => {
+                    let packing = Packing::QRhs { left_signed, kernel };
+                    Some(weights.packed(t, packing, || {
+                        Ok(Prepared::QRhs(PackedRight::pack(
+                            kernel,
+                            b,
+                            sb[0],
+                            sb[1],
+                            left_signed,
+                        )))
+                    })?)
+                }
+                _ => None,
+            }
         }
         Op::MatMul { trans_b, .. } | Op::Gemm { trans_b, .. } => match constant(1) {
             Some((b, sb, t)) if sb.len() == 2 => {

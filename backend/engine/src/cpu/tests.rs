@@ -437,3 +437,130 @@ fn a_class_token_expanded_to_the_batch_keeps_the_batch_splittable() {
         "two timed runs each way settle the choice"
     );
 }
+
+fn u8_tensor(name: &str, dims: &[i64], data: &[u8]) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: 2,
+        raw_data: data.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn u8_input(name: &str, dims: &[i64]) -> ValueInfoProto {
+    let mut v = vi(name, dims);
+    if let Some(t) = v.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+        t.elem_type = 2;
+    }
+    v
+}
+
+/// `quantize_dynamic`'s pattern: DynamicQuantizeLinear → ConvInteger (pads 1) → Cast → Mul → Relu →
+/// GlobalAveragePool → Flatten → DynamicQuantizeLinear → MatMulInteger → Cast → Mul, the UINT8
+/// filters `wq [8, 3, 3, 3]` and matrix `bq [8, 4]` as initializers or, with `weights_as_inputs`,
+/// as graph inputs fed with the same codes (then nothing can be packed at plan time).
+fn dynamic_quantized_cnn(weights_as_inputs: bool) -> (Arc<Model>, Vec<Tensor>) {
+    let pads = AttributeProto {
+        name: "pads".into(),
+        r#type: attribute_type::INTS,
+        ints: vec![1, 1, 1, 1],
+        ..Default::default()
+    };
+    let to_float = attr_int("to", 1);
+    let nodes = vec![
+        NodeProto {
+            input: vec!["x".into()],
+            output: vec!["xq".into(), "xs".into(), "xz".into()],
+            name: "dql_x".into(),
+            op_type: "DynamicQuantizeLinear".into(),
+            ..Default::default()
+        },
+        node("ConvInteger", &["xq", "wq", "xz", "wz"], "ci", vec![pads]),
+        node("Cast", &["ci"], "cf", vec![to_float.clone()]),
+        node("Mul", &["cf", "xs"], "cm", vec![]),
+        node("Relu", &["cm"], "r", vec![]),
+        node("GlobalAveragePool", &["r"], "p", vec![]),
+        node("Flatten", &["p"], "f", vec![]),
+        NodeProto {
+            input: vec!["f".into()],
+            output: vec!["fq".into(), "fs".into(), "fz".into()],
+            name: "dql_f".into(),
+            op_type: "DynamicQuantizeLinear".into(),
+            ..Default::default()
+        },
+        node("MatMulInteger", &["fq", "bq", "fz", "bz"], "mi", vec![]),
+        node("Cast", &["mi"], "mf", vec![to_float]),
+        node("Mul", &["mf", "fs"], "y", vec![]),
+    ];
+    let wq: Vec<u8> = (0..8 * 27).map(|i| (i * 37 % 251) as u8).collect();
+    let bq: Vec<u8> = (0..8 * 4).map(|i| (i * 53 % 241) as u8).collect();
+    let weights = [("wq", vec![8, 3, 3, 3], wq), ("bq", vec![8, 4], bq)];
+    let mut inits = vec![u8_tensor("wz", &[], &[121]), u8_tensor("bz", &[], &[7])];
+    let mut inputs = vec![vi("x", &[-1, 3, 8, 8])];
+    let mut fed = Vec::new();
+    for (name, dims, codes) in weights {
+        if weights_as_inputs {
+            inputs.push(u8_input(name, &dims));
+            let shape = dims.iter().map(|&d| d as usize).collect();
+            fed.push(Tensor::from_vec(shape, codes).unwrap());
+        } else {
+            inits.push(u8_tensor(name, &dims, &codes));
+        }
+    }
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "g".into(),
+            initializer: inits,
+            input: inputs,
+            output: vec![vi("y", &[-1, 4])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    (
+        Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap()),
+        fed,
+    )
+}
+
+#[test]
+fn integer_products_pack_constant_codes_once_and_compute_what_unpacked_codes_do() {
+    if crate::cpu::quant::qgemm::QKernel::current().is_none() {
+        // no integer micro-kernel on this CPU: the products run on centred values, nothing is packed
+        return;
+    }
+    let (packed_model, _) = dynamic_quantized_cnn(false);
+    let (fed_model, weights) = dynamic_quantized_cnn(true);
+    let packed = executor(&packed_model, 16);
+    let fed = executor(&fed_model, 16);
+    for n in [1, 3] {
+        let x = input(vec![n, 3, 8, 8]);
+        let plan = packed.inner.plan(std::slice::from_ref(&x)).unwrap();
+        let p = holder(&plan);
+        let prepared: Vec<&str> = p
+            .graph
+            .nodes
+            .iter()
+            .zip(&p.prepared)
+            .filter(|(_, prep)| prep.is_some())
+            .map(|(node, _)| node.op.name())
+            .collect();
+        assert_eq!(prepared, ["ConvInteger", "MatMulInteger"], "batch {n}");
+        let got = packed.run_blocking(vec![x.clone()]).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap();
+        let mut ins = vec![x];
+        ins.extend(weights.iter().cloned());
+        let want = fed.run_blocking(ins).unwrap()[0].to_vec::<f32>().unwrap();
+        // the same integer products and the same float steps after them
+        assert_eq!(got, want, "batch {n}");
+        assert!(got.iter().any(|&v| v != 0.0), "batch {n}: a non-trivial output");
+    }
+}

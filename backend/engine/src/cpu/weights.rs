@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::cpu::buf::Buf;
 use crate::cpu::conv::PackedFilters;
 use crate::cpu::mm::PackedB;
+use crate::cpu::quant::qconv::PackedFilters as QPackedFilters;
+use crate::cpu::quant::qgemm::{PackedRight, QKernel};
 use crate::cpu::simd::Isa;
 use crate::error::{EngineError, Result};
 use crate::tensor::{DataType, Tensor};
@@ -26,6 +28,10 @@ pub(crate) enum Prepared {
     ConvWeights(PackedFilters),
     /// a MatMul's or Gemm's constant B, packed
     Rhs(PackedB),
+    /// an integer convolution's 8-bit filters (ConvInteger, QLinearConv), packed per group
+    QConvFilters(QPackedFilters),
+    /// an integer product's constant 2-D 8-bit right-hand side (MatMulInteger, QLinearMatMul)
+    QRhs(PackedRight),
 }
 
 /// The shared weights of one executor's plans.
@@ -52,6 +58,20 @@ pub(crate) enum Packing {
         trans: bool,
         /// the instruction set the panels are laid out for
         isa: Isa,
+    },
+    /// an integer convolution's filters, as [`QPackedFilters::pack`] packs them
+    QConvFilters {
+        /// the convolution's `group`
+        group: usize,
+        /// the micro-kernel the panels are laid out for
+        kernel: QKernel,
+    },
+    /// an integer product's constant right-hand side, as [`PackedRight::pack`] packs it
+    QRhs {
+        /// whether the left operand's codes are INT8 (the right one is then read as UINT8)
+        left_signed: bool,
+        /// the micro-kernel the panels are laid out for
+        kernel: QKernel,
     },
 }
 

@@ -584,7 +584,7 @@ fn cpu(
     op: &Op,
     ins: &[In<'_>],
     outs: &[(DataType, Vec<usize>)],
-    _prep: Option<&Prepared>,
+    prep: Option<&Prepared>,
 ) -> Result<Vec<Buf>> {
     let Op::Quant(q) = op else {
         return Err(wrong_family(op, "quant"));
@@ -641,11 +641,11 @@ fn cpu(
             Ok(vec![Buf::U8(y), Buf::F32(vec![scale]), Buf::U8(vec![zp])])
         }
         QuantOp::MatMulInteger => {
-            let acc = matmul_acc(ins, [0, 1, 2, 3])?;
+            let acc = matmul_acc(ins, [0, 1, 2, 3], prep)?;
             Ok(vec![Buf::I32(acc.values)])
         }
         QuantOp::QLinearMatMul => {
-            let acc = matmul_acc(ins, [0, 3, 2, 5])?;
+            let acc = matmul_acc(ins, [0, 3, 2, 5], prep)?;
             let a_scale = f32_of(arg(ins, 1)?.0);
             let b_scale = f32_of(arg(ins, 4)?.0);
             let y_scale = first_f32(arg(ins, 6)?.0)?;
@@ -665,11 +665,11 @@ fn cpu(
             Ok(vec![int_buf(out0.0, y)?])
         }
         QuantOp::ConvInteger(win) => {
-            let y = conv_acc(ins, win, [0, 1, 2, 3])?;
+            let y = conv_acc(ins, win, [0, 1, 2, 3], prep)?;
             Ok(vec![Buf::I32(y.values)])
         }
         QuantOp::QLinearConv(win) => {
-            let acc = conv_acc(ins, win, [0, 3, 2, 5])?;
+            let acc = conv_acc(ins, win, [0, 3, 2, 5], prep)?;
             let x_scale = first_f32(arg(ins, 1)?.0)?;
             let w_scale = f32_of(arg(ins, 4)?.0);
             let y_scale = first_f32(arg(ins, 6)?.0)?;
@@ -728,15 +728,22 @@ fn optional_ints(ins: &[In<'_>], i: usize, what: &str) -> Result<Option<Vec<i32>
         .transpose()
 }
 
-/// The integer matmul of inputs `[a, b, a_zero_point, b_zero_point]` at the given indices.
-fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4]) -> Result<MatMulAcc> {
+/// The integer matmul of inputs `[a, b, a_zero_point, b_zero_point]` at the given indices; `prep`:
+/// b packed at plan time, when it is a constant.
+fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4], prep: Option<&Prepared>) -> Result<MatMulAcc> {
     let (a, sa) = arg(ins, ia)?;
     let (b, sb) = arg(ins, ib)?;
     let shape = MatMulShape::new(sa, sb)?;
     let zero_points = |i: usize| optional_ints(ins, i, "zero point");
     let (az, bz) = (zero_points(iaz)?, zero_points(ibz)?);
     if let (Some(kernel), Some(ac), Some(bc)) = (QKernel::current(), codes(a), codes(b)) {
-        let values = matmul_codes(kernel, ac, bc, &shape, az.as_deref(), bz.as_deref());
+        let packed_b = match prep {
+            Some(Prepared::QRhs(r)) if sb.len() == 2 && r.fits(kernel, shape.k, shape.n, ac.signed()) => {
+                Some(r)
+            }
+            _ => None,
+        };
+        let values = matmul_codes(kernel, ac, bc, packed_b, &shape, az.as_deref(), bz.as_deref());
         return Ok(MatMulAcc { values, shape });
     }
     let (m, k, n) = (shape.m, shape.k, shape.n);
@@ -772,11 +779,12 @@ fn codes(b: &Buf) -> Option<Codes<'_>> {
 }
 
 /// [`matmul_acc`] on the raw codes with [`qgemm`]: a's zero points one or one per row, b's one or
-/// one per column (absent = 0).
+/// one per column (absent = 0); `packed_b`: a 2-D b already packed.
 fn matmul_codes(
     kernel: QKernel,
     a: Codes<'_>,
     b: Codes<'_>,
+    packed_b: Option<&PackedRight>,
     shape: &MatMulShape,
     az: Option<&[i32]>,
     bz: Option<&[i32]>,
@@ -790,17 +798,25 @@ fn matmul_codes(
         // one b for every a matrix (a weight): one product with a's matrices stacked as rows
         let rows = pairs.len() * m;
         let l = PackedLeft::pack(kernel, a.slice(0..rows * k), rows, k);
-        let r = PackedRight::pack(kernel, b.slice(0..k * n), k, n, a.signed());
+        let owned;
+        let r = match packed_b {
+            Some(r) => r,
+            None => {
+                owned = PackedRight::pack(kernel, b.slice(0..k * n), k, n, a.signed());
+                &owned
+            }
+        };
         let zl: Vec<i32> = (0..if za.len() == 1 { 1 } else { rows })
             .map(|i| za[i % za.len()])
             .collect();
-        qgemm(&l, &r, &zl, zb, &mut values);
+        qgemm(&l, r, &zl, zb, &mut values);
         return values;
     }
-    let mut packed_b: Vec<Option<PackedRight>> = vec![None; pairs.iter().map(|p| p.1 + 1).max().unwrap_or(0)];
+    // b batched (3-D or more): each of its matrices packed once, when first read
+    let mut per_b: Vec<Option<PackedRight>> = vec![None; pairs.iter().map(|p| p.1 + 1).max().unwrap_or(0)];
     for (o, (pa, pb)) in pairs.into_iter().enumerate() {
         let l = PackedLeft::pack(kernel, a.slice(pa * m * k..(pa + 1) * m * k), m, k);
-        let r = packed_b[pb].get_or_insert_with(|| {
+        let r = per_b[pb].get_or_insert_with(|| {
             PackedRight::pack(kernel, b.slice(pb * k * n..(pb + 1) * k * n), k, n, a.signed())
         });
         qgemm(&l, r, za, zb, &mut values[o * m * n..(o + 1) * m * n]);
@@ -815,8 +831,14 @@ struct ConvAcc {
     out_size: usize,
 }
 
-/// The integer convolution of inputs `[x, w, x_zero_point, w_zero_point]` at the given indices.
-fn conv_acc(ins: &[In<'_>], win: &ConvWindow, [ix, iw, ixz, iwz]: [usize; 4]) -> Result<ConvAcc> {
+/// The integer convolution of inputs `[x, w, x_zero_point, w_zero_point]` at the given indices;
+/// `prep`: the filters packed at plan time, when they are a constant.
+fn conv_acc(
+    ins: &[In<'_>],
+    win: &ConvWindow,
+    [ix, iw, ixz, iwz]: [usize; 4],
+    prep: Option<&Prepared>,
+) -> Result<ConvAcc> {
     let (x, sx) = arg(ins, ix)?;
     let (w, sw) = arg(ins, iw)?;
     let ns = sx.len() - 2;
@@ -845,8 +867,16 @@ fn conv_acc(ins: &[In<'_>], win: &ConvWindow, [ix, iw, ixz, iwz]: [usize; 4]) ->
         });
     }
     if let (Some(kernel), Some(xc), Some(wc)) = (QKernel::current(), codes(x), codes(w)) {
-        let filters = PackedFilters::pack(kernel, wc, geom.m, geom.group);
-        let values = conv_q(kernel, xc, x_zp, &filters, wz.as_deref().unwrap_or(&[0]), &geom);
+        let rows = sw[1..].iter().product();
+        let owned;
+        let filters = match prep {
+            Some(Prepared::QConvFilters(f)) if f.fits(kernel, geom.m, geom.group, rows) => f,
+            _ => {
+                owned = PackedFilters::pack(kernel, wc, geom.m, geom.group);
+                &owned
+            }
+        };
+        let values = conv_q(kernel, xc, x_zp, filters, wz.as_deref().unwrap_or(&[0]), &geom);
         return Ok(ConvAcc {
             values,
             m: geom.m,

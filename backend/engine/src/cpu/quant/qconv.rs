@@ -24,6 +24,12 @@ impl PackedFilters {
             .collect();
         PackedFilters { groups }
     }
+
+    /// Whether these are the filters of an `m`-channel convolution of `group` groups with `rows`
+    /// codes per filter, packed for `kernel` (a plan's prepared filters, checked before use).
+    pub(crate) fn fits(&self, kernel: QKernel, m: usize, group: usize, rows: usize) -> bool {
+        self.groups.len() == group && self.groups.iter().all(|l| l.fits(kernel, m / group.max(1), rows))
+    }
 }
 
 /// `y[n, m, out…]` of the codes `x [n, c, in…]` with zero point `x_zp` and the packed filters with

@@ -21,7 +21,7 @@ mod tests;
 
 use rayon::prelude::*;
 
-use crate::cpu::simd::Isa;
+use crate::cpu::simd::{Isa, multiversion};
 
 /// Work (multiply-adds) below which a product runs on one thread.
 const PARALLEL_FROM: usize = 1 << 16;
@@ -173,6 +173,11 @@ impl PackedLeft {
     pub(crate) fn signed(&self) -> bool {
         self.signed
     }
+
+    /// Whether this is an `m × k` operand packed for `kernel`.
+    pub(crate) fn fits(&self, kernel: QKernel, m: usize, k: usize) -> bool {
+        (self.kernel, self.m, self.k) == (kernel, m, k)
+    }
 }
 
 /// The right operand `[k × n]`, packed: panels of `NR` columns, each k group of a panel `NR` lanes
@@ -214,40 +219,34 @@ impl PackedRight {
         let read_signed = !left_signed;
         let mut data = vec![0u32; n.div_ceil(nr) * panel / 4];
         let mut sums = vec![0i32; n];
-        // one k group's rows at a time, interleaved into 4-byte lanes (rows past k stay zero)
+        // one k group's rows at a time (rows past k stay zero, unflipped), interleaved into 4-byte
+        // lanes, then copied panel by panel
         let mut rows = vec![0u8; 4 * n];
+        let mut lanes = vec![0u32; n];
+        let isa = crate::cpu::simd::isa();
         for g in 0..groups {
-            for t in 0..4 {
-                let r = &mut rows[t * n..(t + 1) * n];
+            let mut masks = [0u8; 4];
+            for (t, r) in rows.chunks_exact_mut(n.max(1)).enumerate() {
                 let p = 4 * g + t;
                 if p >= k {
                     r.fill(0);
-                    continue;
-                }
-                row(p, r);
-                r.iter_mut().for_each(|b| *b ^= mask);
-                if read_signed {
-                    sums.iter_mut()
-                        .zip(&*r)
-                        .for_each(|(s, &b)| *s += i32::from(b as i8));
                 } else {
-                    sums.iter_mut().zip(&*r).for_each(|(s, &b)| *s += i32::from(b));
+                    row(p, r);
+                    masks[t] = mask;
                 }
             }
             let (r0, rest) = rows.split_at(n);
             let (r1, rest) = rest.split_at(n);
             let (r2, r3) = rest.split_at(n);
+            let quad = Quad {
+                rows: [r0, r1, r2, r3],
+                masks,
+                read_signed,
+            };
+            group_lanes(isa, &quad, &mut sums, &mut lanes);
             for (q, panel_data) in data.chunks_exact_mut(panel / 4).enumerate() {
                 let j = q * nr..(q * nr + nr).min(n);
-                let dst = &mut panel_data[g * nr..][..j.len()];
-                let src = r0[j.clone()]
-                    .iter()
-                    .zip(&r1[j.clone()])
-                    .zip(&r2[j.clone()])
-                    .zip(&r3[j]);
-                for (d, (((&a, &b), &c), &e)) in dst.iter_mut().zip(src) {
-                    *d = u32::from_le_bytes([a, b, c, e]);
-                }
+                panel_data[g * nr..][..j.len()].copy_from_slice(&lanes[j]);
             }
         }
         PackedRight {
@@ -261,12 +260,55 @@ impl PackedRight {
         }
     }
 
+    /// Whether this is a `k × n` operand packed for `kernel` and a left operand of type
+    /// `left_signed`.
+    pub(crate) fn fits(&self, kernel: QKernel, k: usize, n: usize, left_signed: bool) -> bool {
+        (self.kernel, self.k, self.n) == (kernel, k, n) && self.signed != left_signed
+    }
+
     /// Packs the row-major `[k × n]` matrix `b` for a left operand of type `left_signed`.
     pub(crate) fn pack(kernel: QKernel, b: Codes<'_>, k: usize, n: usize, left_signed: bool) -> PackedRight {
         PackedRight::pack_rows(kernel, k, n, b.signed, left_signed, |p, dst| {
             dst.copy_from_slice(&b.bits[p * n..(p + 1) * n]);
         })
     }
+}
+
+/// Four rows of one k group of a right operand, as their codes are stored before packing.
+struct Quad<'a> {
+    rows: [&'a [u8]; 4],
+    /// what each row's bytes are XORed with (0x80 flips the type; 0 for a zero row past k)
+    masks: [u8; 4],
+    /// whether the flipped codes are read as INT8
+    read_signed: bool,
+}
+
+/// Column `j`'s four codes of `quad`, flipped, as one little-endian lane in `lanes[j]`, their
+/// values added to `sums[j]`.
+#[inline(always)]
+fn group_lanes_body<const FMA: bool>(quad: &Quad<'_>, sums: &mut [i32], lanes: &mut [u32]) {
+    let n = lanes.len();
+    let [r0, r1, r2, r3] = quad.rows.map(|r| &r[..n]);
+    let [m0, m1, m2, m3] = quad.masks;
+    let sums = &mut sums[..n];
+    // two loops, so that each vectorises with its own widening of the bytes
+    if quad.read_signed {
+        for j in 0..n {
+            let (a, b, c, d) = (r0[j] ^ m0, r1[j] ^ m1, r2[j] ^ m2, r3[j] ^ m3);
+            sums[j] += i32::from(a as i8) + i32::from(b as i8) + i32::from(c as i8) + i32::from(d as i8);
+            lanes[j] = u32::from_le_bytes([a, b, c, d]);
+        }
+    } else {
+        for j in 0..n {
+            let (a, b, c, d) = (r0[j] ^ m0, r1[j] ^ m1, r2[j] ^ m2, r3[j] ^ m3);
+            sums[j] += i32::from(a) + i32::from(b) + i32::from(c) + i32::from(d);
+            lanes[j] = u32::from_le_bytes([a, b, c, d]);
+        }
+    }
+}
+
+multiversion! {
+    fn group_lanes(quad: &Quad<'_>, sums: &mut [i32], lanes: &mut [u32]) = group_lanes_body;
 }
 
 /// The value of a code's byte.
