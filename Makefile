@@ -11,6 +11,8 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 # Debian packages: Mesa's software Vulkan driver (lavapipe) so wgpu has an adapter on GPU-less machines;
 # prometheus (and its promtool) to test the alert rules and to evaluate the dashboard against live processes.
 SYSTEM_PACKAGES := mesa-vulkan-drivers prometheus
+# `make bench` only: h2load drives the gateway suite, nginx and HAProxy are its peers.
+BENCH_PACKAGES := nghttp2-client nginx-light haproxy
 # Tests and benchmarks find the Python reference (onnx, onnxruntime, tritonclient, kserve) through these.
 export INFERGATE_PYTHON := $(VENV)/bin/python
 export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
@@ -97,6 +99,7 @@ build-bench: ## the binaries figures are taken with (profile release-lto: fat LT
 	$(CARGO) build --workspace --profile release-lto --bins
 
 bench: deps venv build-bench ## the scenarios, then the peers side by side; figures go to docs/benchmarks.md
+	@scripts/ensure-system-deps.sh $(BENCH_PACKAGES)
 	"$(TARGET_DIR)/release-lto/infergate-load" run loadtests/cases \
 	  --bin-dir "$(TARGET_DIR)/release-lto" --out "$(TARGET_DIR)/loadtests"
 	INFERGATE_LOADTESTS_OUT="$(TARGET_DIR)/loadtests" scripts/bench.sh "$(TARGET_DIR)/release-lto"
