@@ -80,6 +80,17 @@ fn geo(isa: Isa) -> Geo {
     }
 }
 
+/// The depth of the blocks of K a product of depth `k` runs in, for blocks of about `kc`: one block
+/// up to 1.5·`kc` (ResNet's 7×7 stem has k = 147, MobileNet's and EfficientNet's 1×1 convolutions
+/// 144–184), else equal blocks of at most `kc`. A short last block (19 of 147) costs a whole pass
+/// storing and reloading every tile of C for a few steps of work.
+fn k_block(kc: usize, k: usize) -> usize {
+    if k <= kc.saturating_add(kc / 2) {
+        return k.max(1);
+    }
+    k.div_ceil(k.div_ceil(kc))
+}
+
 fn fits(v: MatRef<'_>, rows: usize, cols: usize) -> bool {
     rows == 0 || cols == 0 || v.off + (rows - 1) * v.rs + (cols - 1) * v.cs < v.data.len()
 }
@@ -583,15 +594,16 @@ fn run_task(
     let (_, n) = b.dims();
     // Column tiles whose packed B blocks are made together (one pass over each row of B), as many
     // as fit in B_BLOCK_BYTES.
-    let block_tiles = (B_BLOCK_BYTES / (g.kc.min(k) * g.nr * 4)).max(1);
+    let kc = k_block(g.kc, k);
+    let block_tiles = (B_BLOCK_BYTES / (kc * g.nr * 4)).max(1);
     let mut scratch = match b {
-        BOp::Src { .. } => vec![0f32; g.kc.min(k) * g.nr * block_tiles.min(tiles.len())],
+        BOp::Src { .. } => vec![0f32; kc * g.nr * block_tiles.min(tiles.len())],
         BOp::Packed(_) => Vec::new(),
     };
     let noop = epi.is_noop();
     let mut k0 = 0;
     while k0 < k {
-        let kl = g.kc.min(k - k0);
+        let kl = kc.min(k - k0);
         let last = k0 + kl == k;
         let mut tb = tiles.start;
         while tb < tiles.end {

@@ -141,10 +141,11 @@ fn check(isa: Isa, m: usize, n: usize, k: usize, ldb: usize, ldc: usize, init: u
     }
 }
 
-/// Shapes around every tile edge of both kernels (MR 8/4, NR 48/24, vectors of 16/8 lanes, KC
-/// blocks of 128/256), with row and column strides wider than the matrix; the last one packs its
-/// B in more than one block of column tiles (`B_BLOCK_BYTES`).
-const SHAPES: [(usize, usize, usize); 15] = [
+/// Shapes around every tile edge of both kernels (MR 8/4, NR 48/24, vectors of 16/8 lanes, blocks
+/// of K: one up to 192/384, else equal ones of at most 128/256), with row and column strides wider
+/// than the matrix; the last one packs its B in more than one block of column tiles
+/// (`B_BLOCK_BYTES`).
+const SHAPES: [(usize, usize, usize); 17] = [
     (1, 1, 1),
     (2, 5, 3),
     (3, 70, 17),
@@ -157,6 +158,8 @@ const SHAPES: [(usize, usize, usize); 15] = [
     (7, 17, 257),
     (40, 130, 513),
     (72, 200, 27),
+    (11, 50, 192),
+    (11, 50, 193),
     (1, 1024, 64),
     (100, 1, 40),
     (3, 2900, 260),
