@@ -2,6 +2,8 @@
 //! image read as its im2col matrix (right) with [`qgemm`], padding reading the input's zero point.
 //! The same numbers as [`super::igemm::conv_i32`] on centred values.
 
+use rayon::prelude::*;
+
 use super::igemm::{ConvGeom, Taps};
 use super::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm};
 
@@ -54,7 +56,7 @@ pub(crate) fn conv_q(
     // padding holds the zero point's code, so that it adds nothing once centred
     let pad = x_zp as u8;
     let x_bits = x.bits();
-    for img in 0..g.n {
+    let image = |(img, y_img): (usize, &mut [i32])| {
         for (grp, filters) in w.groups.iter().enumerate() {
             let x0 = (img * g.c + grp * cg) * in_size;
             let cols =
@@ -71,9 +73,21 @@ pub(crate) fn conv_q(
             } else {
                 &w_zp[grp * mg..(grp + 1) * mg]
             };
-            let y0 = (img * g.m + grp * mg) * out_size;
-            qgemm(filters, &cols, zp, &[x_zp], &mut y[y0..y0 + mg * out_size]);
+            qgemm(
+                filters,
+                &cols,
+                zp,
+                &[x_zp],
+                &mut y_img[grp * mg * out_size..(grp + 1) * mg * out_size],
+            );
         }
+    };
+    // the images of a batch on the pool's threads, each image's (small) products inside one task
+    let image_len = (g.m * out_size).max(1);
+    if g.n > 1 && rayon::current_num_threads() > 1 {
+        y.par_chunks_mut(image_len).enumerate().for_each(image);
+    } else {
+        y.chunks_mut(image_len).enumerate().for_each(image);
     }
     y
 }

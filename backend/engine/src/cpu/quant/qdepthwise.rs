@@ -30,17 +30,18 @@ pub(crate) fn depthwise_q(x: Codes<'_>, x_zp: i32, w: Codes<'_>, w_zp: &[i32], g
     y.par_chunks_mut(out_size.max(1))
         .enumerate()
         .with_min_len(min_len)
-        .for_each(|(plane, acc)| {
+        .for_each_init(Vec::new, |centred, (plane, acc)| {
             let ch = plane % g.c;
             let x = x.slice(plane * in_size..(plane + 1) * in_size);
             let w = w.slice(ch * k_size..(ch + 1) * k_size);
             let wz = w_zp[if w_zp.len() == 1 { 0 } else { ch }];
-            one_plane(isa, x, x_zp, w, wz, g, acc);
+            one_plane(isa, x, x_zp, w, wz, g, centred, acc);
         });
     y
 }
 
-/// One channel's output plane `acc` from its input plane `x` and its filter `w`.
+/// One channel's output plane `acc` from its input plane `x` and its filter `w`; `centred` is the
+/// task's scratch for the input's centred values.
 #[inline(always)]
 fn one_plane_body<const FMA: bool>(
     x: Codes<'_>,
@@ -48,12 +49,35 @@ fn one_plane_body<const FMA: bool>(
     w: Codes<'_>,
     w_zp: i32,
     g: &ConvGeom,
+    centred: &mut Vec<i32>,
     acc: &mut [i32],
 ) {
     let (ih, iw) = (g.input[0], g.input[1]);
-    let ow = g.output[1];
-    let kw = g.kernel[1];
-    let xs: Vec<i32> = x.bits().iter().map(|&b| value(b, x.signed()) - x_zp).collect();
+    let (ow, kw, sw) = (g.output[1], g.kernel[1], g.strides[1]);
+    // Each input row split into the phases of the horizontal stride (phase q holds columns
+    // q, q + sw, …, `pw` values a phase), so that every tap reads consecutive values: column
+    // `ox·sw + dx` is value `ox + ⌊dx / sw⌋` of phase `dx mod sw`.
+    let pw = iw.div_ceil(sw);
+    centred.clear();
+    centred.resize(ih * sw * pw, 0);
+    let signed = x.signed();
+    for (row, phases) in x
+        .bits()
+        .chunks_exact(iw.max(1))
+        .zip(centred.chunks_exact_mut(sw * pw))
+    {
+        if sw == 1 {
+            for (d, &b) in phases.iter_mut().zip(row) {
+                *d = value(b, signed) - x_zp;
+            }
+            continue;
+        }
+        for (q, phase) in phases.chunks_exact_mut(pw).enumerate() {
+            for (d, &b) in phase.iter_mut().zip(row.iter().skip(q).step_by(sw)) {
+                *d = value(b, signed) - x_zp;
+            }
+        }
+    }
     for (t, &code) in w.bits().iter().enumerate() {
         let tap = value(code, w.signed()) - w_zp;
         if tap == 0 {
@@ -62,14 +86,23 @@ fn one_plane_body<const FMA: bool>(
         let (ky, kx) = (t / kw, t % kw);
         let dy = (ky * g.dilations[0]) as isize - g.pad_begin[0] as isize;
         let dx = (kx * g.dilations[1]) as isize - g.pad_begin[1] as isize;
-        let cols = valid_columns(ow, g.strides[1], dx, iw);
+        let cols = valid_columns(ow, sw, dx, iw);
+        if cols.is_empty() {
+            continue;
+        }
+        let (q, shift) = (dx.rem_euclid(sw as isize) as usize, dx.div_euclid(sw as isize));
+        // the first valid column reads input column ≥ 0, so its phase index is ≥ 0
+        let first = (cols.start as isize + shift) as usize;
         for (oy, row) in acc.chunks_exact_mut(ow.max(1)).enumerate() {
             let iy = (oy * g.strides[0]) as isize + dy;
             if iy < 0 || iy >= ih as isize {
                 continue;
             }
-            let src = &xs[iy as usize * iw..(iy as usize + 1) * iw];
-            accumulate(&mut row[cols.clone()], src, cols.start, g.strides[1], dx, tap);
+            let phase = &centred[(iy as usize * sw + q) * pw..][..pw];
+            let src = &phase[first..first + cols.len()];
+            for (a, &v) in row[cols.clone()].iter_mut().zip(src) {
+                *a += v * tap;
+            }
         }
     }
 }
@@ -77,21 +110,6 @@ fn one_plane_body<const FMA: bool>(
 multiversion! {
     /// [`one_plane_body`] compiled for AVX2 and AVX-512 too: the baseline target has no 32-bit
     /// vector multiply (SSE4.1's `pmulld`), and each product took a sequence of shuffles.
-    fn one_plane(x: Codes<'_>, x_zp: i32, w: Codes<'_>, w_zp: i32, g: &ConvGeom, acc: &mut [i32]) = one_plane_body;
-}
-
-/// `row[j] += src[(first + j)·stride + offset] · tap` for each j.
-#[inline(always)]
-fn accumulate(row: &mut [i32], src: &[i32], first: usize, stride: usize, offset: isize, tap: i32) {
-    let start = ((first * stride) as isize + offset) as usize;
-    let len = row.len();
-    if stride == 1 {
-        for (a, &v) in row.iter_mut().zip(&src[start..start + len]) {
-            *a += v * tap;
-        }
-    } else {
-        for (j, a) in row.iter_mut().enumerate() {
-            *a += src[start + j * stride] * tap;
-        }
-    }
+    #[allow(clippy::too_many_arguments)]
+    fn one_plane(x: Codes<'_>, x_zp: i32, w: Codes<'_>, w_zp: i32, g: &ConvGeom, centred: &mut Vec<i32>, acc: &mut [i32]) = one_plane_body;
 }

@@ -258,6 +258,8 @@ fn depthwise_integer_convolution_matches_the_grouped_reference() {
         ([6, 9], [5, 5], [2, 2], [2, 2], [1, 1]),
         ([7, 8], [3, 3], [1, 2], [2, 3], [2, 2]),
         ([1, 12], [1, 3], [1, 1], [0, 1], [1, 1]),
+        ([7, 11], [3, 5], [3, 3], [1, 2], [1, 1]),
+        ([5, 10], [3, 3], [2, 2], [0, 0], [1, 2]),
     ];
     for (input, kernel, strides, pads, dilations) in cases {
         let (n, c) = (2, 3);

@@ -402,25 +402,45 @@ fn block(
 ) {
     let (mr, nr, groups) = (l.kernel.mr(), l.kernel.nr(), l.k.div_ceil(4));
     let lp = &l.data[p * groups * mr * 4..(p + 1) * groups * mr * 4];
+    let isa = crate::cpu::simd::isa();
     let mut tile = [0i32; TILE];
     for q in qs {
         let rp: &[u8] = bytemuck::cast_slice(&r.data[q * groups * nr..(q + 1) * groups * nr]);
         run_tile(l.kernel, !l.signed, groups, lp, rp, &mut tile);
         let (jq, cols) = (q * nr, nr.min(r.n - q * nr));
         for (ii, out) in rows.chunks_mut(ld).enumerate() {
-            let i = p * mr + ii;
-            let (zl, sl) = (fix.zl[i], fix.sl[i]);
             let dots = &tile[ii * nr..ii * nr + cols];
-            let dst = &mut out[jq - j0..jq - j0 + cols];
-            for (jj, (d, &dot)) in dst.iter_mut().zip(dots).enumerate() {
-                let j = jq + jj;
-                *d = dot
-                    .wrapping_sub(fix.zr[j].wrapping_mul(sl))
-                    .wrapping_sub(zl.wrapping_mul(fix.sr[j]))
-                    .wrapping_add(zl.wrapping_mul(fix.kz[j]));
-            }
+            correct_row(isa, fix, p * mr + ii, jq, dots, &mut out[jq - j0..jq - j0 + cols]);
         }
     }
+}
+
+/// Row `i`'s dot products `dots` for columns `jq…` with the zero-point terms applied, into `dst`.
+#[inline(always)]
+fn correct_row_body<const FMA: bool>(
+    fix: &Correction<'_>,
+    i: usize,
+    jq: usize,
+    dots: &[i32],
+    dst: &mut [i32],
+) {
+    let n = dst.len();
+    let (zl, sl) = (fix.zl[i], fix.sl[i]);
+    let (zr, sr, kz) = (&fix.zr[jq..jq + n], &fix.sr[jq..jq + n], &fix.kz[jq..jq + n]);
+    let dots = &dots[..n];
+    for j in 0..n {
+        dst[j] = dots[j]
+            .wrapping_sub(zr[j].wrapping_mul(sl))
+            .wrapping_sub(zl.wrapping_mul(sr[j]))
+            .wrapping_add(zl.wrapping_mul(kz[j]));
+    }
+}
+
+multiversion! {
+    /// [`correct_row_body`] compiled for AVX2 and AVX-512 too: the baseline target has no 32-bit
+    /// vector multiply, and each product took a sequence of shuffles (the hottest loop of the
+    /// integer convolutions).
+    fn correct_row(fix: &Correction<'_>, i: usize, jq: usize, dots: &[i32], dst: &mut [i32]) = correct_row_body;
 }
 
 /// One tile of dot products, row-major `MR × NR` in `tile`.
