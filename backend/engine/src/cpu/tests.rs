@@ -38,6 +38,16 @@ fn attr_int(name: &str, v: i64) -> AttributeProto {
 }
 
 fn model(nodes: Vec<NodeProto>, x: &[i64], y: &[i64], inits: Vec<TensorProto>) -> Arc<Model> {
+    model_with_inputs(nodes, vec![vi("x", x)], y, inits)
+}
+
+/// An opset-13 model of `nodes` reading `inputs`, with one output `y`.
+fn model_with_inputs(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    y: &[i64],
+    inits: Vec<TensorProto>,
+) -> Arc<Model> {
     let m = ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
@@ -48,7 +58,7 @@ fn model(nodes: Vec<NodeProto>, x: &[i64], y: &[i64], inits: Vec<TensorProto>) -
             node: nodes,
             name: "g".into(),
             initializer: inits,
-            input: vec![vi("x", x)],
+            input: inputs,
             output: vec![vi("y", y)],
             ..Default::default()
         }),
@@ -508,26 +518,7 @@ fn dynamic_quantized_cnn(weights_as_inputs: bool) -> (Arc<Model>, Vec<Tensor>) {
             inits.push(u8_tensor(name, &dims, &codes));
         }
     }
-    let m = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        graph: Some(GraphProto {
-            node: nodes,
-            name: "g".into(),
-            initializer: inits,
-            input: inputs,
-            output: vec![vi("y", &[-1, 4])],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    (
-        Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap()),
-        fed,
-    )
+    (model_with_inputs(nodes, inputs, &[-1, 4], inits), fed)
 }
 
 #[test]
