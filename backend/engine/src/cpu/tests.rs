@@ -466,6 +466,17 @@ fn u8_input(name: &str, dims: &[i64]) -> ValueInfoProto {
     v
 }
 
+/// DynamicQuantizeLinear of `x`: outputs `{x}q` (codes), `{x}s` (scale), `{x}z` (zero point).
+fn dynamic_quantize(x: &str) -> NodeProto {
+    NodeProto {
+        input: vec![x.into()],
+        output: ["q", "s", "z"].iter().map(|o| format!("{x}{o}")).collect(),
+        name: format!("dql_{x}"),
+        op_type: "DynamicQuantizeLinear".into(),
+        ..Default::default()
+    }
+}
+
 /// `quantize_dynamic`'s pattern: DynamicQuantizeLinear → ConvInteger (pads 1) → Cast → Mul → Relu →
 /// GlobalAveragePool → Flatten → DynamicQuantizeLinear → MatMulInteger → Cast → Mul, the UINT8
 /// filters `wq [8, 3, 3, 3]` and matrix `bq [8, 4]` as initializers or, with `weights_as_inputs`,
@@ -479,26 +490,14 @@ fn dynamic_quantized_cnn(weights_as_inputs: bool) -> (Arc<Model>, Vec<Tensor>) {
     };
     let to_float = attr_int("to", 1);
     let nodes = vec![
-        NodeProto {
-            input: vec!["x".into()],
-            output: vec!["xq".into(), "xs".into(), "xz".into()],
-            name: "dql_x".into(),
-            op_type: "DynamicQuantizeLinear".into(),
-            ..Default::default()
-        },
+        dynamic_quantize("x"),
         node("ConvInteger", &["xq", "wq", "xz", "wz"], "ci", vec![pads]),
         node("Cast", &["ci"], "cf", vec![to_float.clone()]),
         node("Mul", &["cf", "xs"], "cm", vec![]),
         node("Relu", &["cm"], "r", vec![]),
         node("GlobalAveragePool", &["r"], "p", vec![]),
         node("Flatten", &["p"], "f", vec![]),
-        NodeProto {
-            input: vec!["f".into()],
-            output: vec!["fq".into(), "fs".into(), "fz".into()],
-            name: "dql_f".into(),
-            op_type: "DynamicQuantizeLinear".into(),
-            ..Default::default()
-        },
+        dynamic_quantize("f"),
         node("MatMulInteger", &["fq", "bq", "fz", "bz"], "mi", vec![]),
         node("Cast", &["mi"], "mf", vec![to_float]),
         node("Mul", &["mf", "fs"], "y", vec![]),

@@ -287,23 +287,24 @@ struct Quad<'a> {
 /// values added to `sums[j]`.
 #[inline(always)]
 fn group_lanes_body<const FMA: bool>(quad: &Quad<'_>, sums: &mut [i32], lanes: &mut [u32]) {
+    // the read type's widening chosen outside the loop, so that it vectorises with one widening
+    if quad.read_signed {
+        interleave(quad, sums, lanes, |b| i32::from(b as i8));
+    } else {
+        interleave(quad, sums, lanes, i32::from);
+    }
+}
+
+#[inline(always)]
+fn interleave(quad: &Quad<'_>, sums: &mut [i32], lanes: &mut [u32], widen: impl Fn(u8) -> i32) {
     let n = lanes.len();
     let [r0, r1, r2, r3] = quad.rows.map(|r| &r[..n]);
     let [m0, m1, m2, m3] = quad.masks;
     let sums = &mut sums[..n];
-    // two loops, so that each vectorises with its own widening of the bytes
-    if quad.read_signed {
-        for j in 0..n {
-            let (a, b, c, d) = (r0[j] ^ m0, r1[j] ^ m1, r2[j] ^ m2, r3[j] ^ m3);
-            sums[j] += i32::from(a as i8) + i32::from(b as i8) + i32::from(c as i8) + i32::from(d as i8);
-            lanes[j] = u32::from_le_bytes([a, b, c, d]);
-        }
-    } else {
-        for j in 0..n {
-            let (a, b, c, d) = (r0[j] ^ m0, r1[j] ^ m1, r2[j] ^ m2, r3[j] ^ m3);
-            sums[j] += i32::from(a) + i32::from(b) + i32::from(c) + i32::from(d);
-            lanes[j] = u32::from_le_bytes([a, b, c, d]);
-        }
+    for j in 0..n {
+        let (a, b, c, d) = (r0[j] ^ m0, r1[j] ^ m1, r2[j] ^ m2, r3[j] ^ m3);
+        sums[j] += widen(a) + widen(b) + widen(c) + widen(d);
+        lanes[j] = u32::from_le_bytes([a, b, c, d]);
     }
 }
 
