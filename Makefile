@@ -20,7 +20,7 @@ export INFERGATE_BIN_DIR := $(TARGET_DIR)/debug
 export INFERGATE_ZOO_CACHE := $(CACHE)/zoo
 PYTHON_TESTS := $(wildcard */tests/python */*/tests/python)
 
-.PHONY: help run stop image test deps venv zoo build build-release build-pod build-bench lint test-rust test-python test-load soak bench clean supply-chain fuzz-smoke fuzz
+.PHONY: help run stop image test deps venv zoo build build-release build-pod build-bench lint test-rust test-python test-load soak bench drills clean supply-chain fuzz-smoke fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -98,11 +98,13 @@ soak: build ## SOAK_MINUTES (30) of mixed traffic through the pod; table, JSON a
 build-bench: ## the binaries figures are taken with (profile release-lto: fat LTO, as the images)
 	$(CARGO) build --workspace --profile release-lto --bins
 
-bench: deps venv build-bench ## the scenarios, then the peers side by side; figures go to docs/benchmarks.md
+bench: deps venv zoo build-bench ## the scenarios, then the peers side by side; tables in target/bench/report.md, recorded in docs/benchmarks.md
 	@scripts/ensure-system-deps.sh $(BENCH_PACKAGES)
-	"$(TARGET_DIR)/release-lto/infergate-load" run loadtests/cases \
-	  --bin-dir "$(TARGET_DIR)/release-lto" --out "$(TARGET_DIR)/loadtests"
-	INFERGATE_LOADTESTS_OUT="$(TARGET_DIR)/loadtests" scripts/bench.sh "$(TARGET_DIR)/release-lto"
+	scripts/bench.sh "$(TARGET_DIR)/release-lto" "$(TARGET_DIR)/bench"
+
+drills: build ## the fault drills (loadtests/cases/drill-*) in full, as docs/reliability.md records them
+	"$(TARGET_DIR)/debug/infergate-load" run loadtests/cases/drill-* \
+	  --bin-dir "$(TARGET_DIR)/debug" --out "$(TARGET_DIR)/drills"
 
 clean: ## remove build outputs (the venv stays; delete $(CACHE) to drop it)
 	$(CARGO) clean

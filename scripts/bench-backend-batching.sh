@@ -17,9 +17,9 @@
 # configs do not compete for memory or cache; a batched config keeps one engine plan per batch size (the plans
 # share one copy of the weights), all built at load by a warmup of every size.
 # Env: BENCH_PORT_BASE (29000: uses +0..+2), BENCH_WINDOW_MS (3000), BENCH_SETTLE_MS (unmeasured load
-#      after each load, 5000), BENCH_CONCURRENCY (32),
+#      after each load, 3000), BENCH_CONCURRENCY (32),
 #      BENCH_ROUNDS (3), BENCH_P99_TARGET_US (adaptive target, 200000),
-#      BENCH_DELAYS_US ("0 1000 2000 5000 10000 20000"), BENCH_MODEL_WIDTH (2048), BENCH_MODEL_LAYERS (6),
+#      BENCH_DELAYS_US ("0 1000 5000 20000"; four delays keep `make bench` to minutes), BENCH_MODEL_WIDTH (2048), BENCH_MODEL_LAYERS (6),
 #      BENCH_PYTHON (a python with onnx and numpy; default $INFERGATE_PYTHON, else python3).
 set -euo pipefail
 bin="${1:?usage: bench-backend-batching.sh BIN_DIR}"
@@ -29,11 +29,11 @@ root="$(cd "$here/.." && pwd)"
 pa="${PERF_ANALYZER:-$root/../shared/tools/perf-analyzer}"
 base="${BENCH_PORT_BASE:-29000}"
 window="${BENCH_WINDOW_MS:-3000}"
-settle="${BENCH_SETTLE_MS:-5000}"
+settle="${BENCH_SETTLE_MS:-3000}"
 conc="${BENCH_CONCURRENCY:-32}"
 rounds="${BENCH_ROUNDS:-3}"
 target="${BENCH_P99_TARGET_US:-200000}"
-delays="${BENCH_DELAYS_US:-0 1000 2000 5000 10000 20000}"
+delays="${BENCH_DELAYS_US:-0 1000 5000 20000}"
 width="${BENCH_MODEL_WIDTH:-2048}"
 layers="${BENCH_MODEL_LAYERS:-6}"
 py="${BENCH_PYTHON:-${INFERGATE_PYTHON:-python3}}"

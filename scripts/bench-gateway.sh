@@ -38,7 +38,10 @@ for exe in infergate-gateway infergate-bench-upstream; do
   [ -x "$bin/$exe" ] || { echo "bench-gateway: $bin/$exe is missing: run 'make build-release'" >&2; exit 1; }
 done
 
-DURATION="${BENCH_DURATION:-10s}"
+# The defaults keep `make bench` to minutes (about 8 for this suite on 2 cores): 3-second throughput windows and
+# 2-second latency windows (at the rates below even the one-connection p50 at 200 req/s rests on 400 requests).
+DURATION="${BENCH_DURATION:-3s}"
+LAT_DURATION="${BENCH_LAT_DURATION:-2s}"
 CLIENTS="${BENCH_CLIENTS:-64}"
 THREADS="${BENCH_THREADS:-1}"
 REPEAT="${BENCH_REPEAT:-3}"
@@ -126,7 +129,7 @@ HAPROXY_SAME_WORK='  option forwardfor
   http-request set-header X-Request-ID %[var(txn.rid)]
   http-response set-header X-Request-ID %[var(txn.rid)]'
 
-declare -A PORT=([direct]=$UP) PID LABEL=([direct]="direct to upstream")
+declare -A PORT=([direct]=$UP) PID LABEL=([direct]="direct to upstream") WORKERS_OF=([direct]=${WORKERS%% *})
 TARGETS=(direct)
 for w in $WORKERS; do
   gw=$((30010 + 2 * w)) ngx=$((30040 + w)) ngxh=$((30050 + w)) hap=$((30070 + w)) haph=$((30080 + w))
@@ -164,6 +167,7 @@ YAML
   LABEL[gw$w]="infergate-gateway (h2 upstream), $w thread(s)" LABEL[gwh1$w]="infergate-gateway (HTTP/1.1 upstream), $w thread(s)" LABEL[nginx$w]="nginx, $w worker(s)" LABEL[haproxy$w]="HAProxy (h2 upstream), $w thread(s)"
   LABEL[nginxh$w]="nginx + request id and XFF, $w worker(s)" LABEL[haproxyh$w]="HAProxy (h2 upstream) + request id and XFF, $w thread(s)"
   TARGETS+=(gw$w gwh1$w nginx$w nginxh$w haproxy$w haproxyh$w)
+  for t in gw$w gwh1$w nginx$w nginxh$w haproxy$w haproxyh$w base$w; do WORKERS_OF[$t]=$w; done
   if [ -n "$BASELINE" ]; then
     PORT[base$w]=$((30090 + 2 * w)) LABEL[base$w]="infergate-gateway baseline ($BASELINE), $w thread(s)"; TARGETS+=(base$w)
   fi
@@ -258,7 +262,7 @@ pct_at_rate() { # target rate clients percentile
   local t=$1 per=$(( $2 / $3 )) cpu="-"; [ "$per" -ge 1 ] || per=1
   local before=0; [ "$t" = direct ] || before=$(cpu_ticks "${PID[$t]}")
   rm -f "$tmp/lat.log"
-  read -r ok _ < <(load "$t" 0 -c "$3" -t 1 --rps "$per" -D "$DURATION" --log-file "$tmp/lat.log" "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
+  read -r ok _ < <(load "$t" 0 -c "$3" -t 1 --rps "$per" -D "$LAT_DURATION" --log-file "$tmp/lat.log" "http://127.0.0.1:${PORT[$t]}/v2/models/simple/infer")
   if [ "$t" != direct ] && [ "$ok" -gt 0 ]; then
     cpu=$(awk -v d=$(( $(cpu_ticks "${PID[$t]}") - before )) -v n="$ok" -v tck="$TCK" 'BEGIN {printf "%.1f", d * 1e6 / tck / n}')
   fi
@@ -277,19 +281,23 @@ for w in $WORKERS; do
   for t in gw gwh1 nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )); done
 done
 HALF[direct]=${HALF[gw${WORKERS%% *}]}
-# Latency rounds taken in turn over the targets, as for throughput; the table gives the medians.
+# Latency rounds taken in turn over the targets, as for throughput; the table gives the medians. The
+# one-connection p50s are taken at the first worker count only: one connection is served by one worker, so the
+# other counts would repeat them ("-" in their rows).
 declare -A P99S P50S P50K CPUS P50PS
+one_conn() { [ "${WORKERS_OF[$1]}" = "${WORKERS%% *}" ]; }
 for _ in $(seq 1 "$LAT_REPEAT"); do
   for t in "${TARGETS[@]}"; do
     read -r p c < <(pct_at_rate "$t" "${HALF[$t]}" 16 99); P99S[$t]+="$p "; [ "$c" = - ] || CPUS[$t]+="$c "
+    one_conn "$t" || continue
     read -r p _ < <(pct_at_rate "$t" 200 1 50); P50S[$t]+="$p "
     read -r p _ < <(pct_at_rate "$t" 1000 1 50); P50K[$t]+="$p "
     P50PS[$t]+="$(p50_one_cpu "$t") "
   done
 done
 for t in "${TARGETS[@]}"; do
-  P99[$t]=$(median "${P99S[$t]}"); P50[$t]=$(median "${P50S[$t]}"); P50_1K[$t]=$(median "${P50K[$t]}")
-  CPU[$t]=$(median "${CPUS[$t]:-}"); P50P[$t]=$(median "${P50PS[$t]}")
+  P99[$t]=$(median "${P99S[$t]}"); P50[$t]=$(median "${P50S[$t]:-}"); P50_1K[$t]=$(median "${P50K[$t]:-}")
+  CPU[$t]=$(median "${CPUS[$t]:-}"); P50P[$t]=$(median "${P50PS[$t]:-}")
 done
 declare -A HWM
 for t in "${TARGETS[@]}"; do [ "$t" = direct ] || HWM[$t]=$(sum_status "${PID[$t]}" VmHWM); done
@@ -298,7 +306,10 @@ echo
 echo "| target | max req/s ($CLIENTS conns, median of $REPEAT runs) | CPU µs/req saturated | upstream CPU µs/req meanwhile | p99 µs at ½ best peer (rate; median of $LAT_REPEAT) | CPU µs/req at that rate | p50 µs at 200 req/s, 1 conn (median of $LAT_REPEAT) | added p50 µs | p50 µs at 1,000 req/s, 1 conn | added p50 µs | p50 µs at 200 req/s, all on one CPU | added p50 µs | RSS idle MB | RSS peak MB | max req/s, proxy alone on CPU 0 (1 worker; median of $REPEAT runs) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for t in "${TARGETS[@]}"; do
-  added=$(( P50[$t] - P50[direct] )) added_1k=$(( P50_1K[$t] - P50_1K[direct] )) added_p=$(( P50P[$t] - P50P[direct] ))
+  added="-" added_1k="-" added_p="-"
+  if [ "${P50[$t]}" != - ]; then
+    added=$(( P50[$t] - P50[direct] )) added_1k=$(( P50_1K[$t] - P50_1K[direct] )) added_p=$(( P50P[$t] - P50P[direct] ))
+  fi
   pinned="-"; [ -z "${PRUNS[$t]:-}" ] || pinned="$(median "${PRUNS[$t]}") (${PRUNS[$t]% })"
   if [ "$t" = direct ]; then idle="-"; peak="-"; added="-"; added_1k="-"; added_p="-"; else
     idle=$(awk -v k="${IDLE[$t]}" 'BEGIN {printf "%.1f", k/1024}'); peak=$(awk -v k="${HWM[$t]}" 'BEGIN {printf "%.1f", k/1024}'); fi
@@ -330,4 +341,4 @@ if [ "${#PTARGETS[@]}" -gt 0 ]; then
 fi
 echo
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "$(nginx -v 2>&1 | sed 's/.*: //'); $(haproxy -v | head -1 | awk '{print "HAProxy " $3}'); $(h2load --version | head -1); window $DURATION"
+echo "$(nginx -v 2>&1 | sed 's/.*: //'); $(haproxy -v | head -1 | awk '{print "HAProxy " $3}'); $(h2load --version | head -1); windows $DURATION (throughput), $LAT_DURATION (latency)"
