@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Engine benchmark, wgpu executor: single-op MatMul/Conv GFLOP/s, the per-execution overhead of a 50-node model,
-# and model latency/throughput at batch 1, 8, 32 — next to onnxruntime (Python, CPU provider) on the same files,
+# and model latency/throughput at each batch of INFERGATE_BENCH_BATCHES — next to onnxruntime (Python, CPU provider) on the same files,
 # in one run (`backend/engine/benches/wgpu_engine.rs`). The adapter is the production choice: a real GPU first,
 # then Mesa's lavapipe; WGPU_ADAPTER_NAME / WGPU_BACKEND pick another.
 #   bench-engine-wgpu.sh [RELEASE_BIN_DIR]   (the argument is accepted for scripts/bench.sh; unused)
-# Env: INFERGATE_BENCH_BATCHES (default 1,8,32), INFERGATE_BENCH_SECONDS (default 2), INFERGATE_BENCH_ONLY
+# Env: INFERGATE_BENCH_BATCHES (default 1: on lavapipe, where `make bench` runs it, a ResNet-style batch of 32
+#      takes 20 s an execution; on a GPU ask for 1,8,32), INFERGATE_BENCH_SECONDS (default 2), INFERGATE_BENCH_ONLY
 #      (comma-separated model names; "none" = only the overhead model), INFERGATE_PYTHON (the venv's python).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,7 +15,7 @@ py="${INFERGATE_PYTHON:-$HOME/.cache/infergate/venv/bin/python}"
 export INFERGATE_PYTHON="$py"
 models="${INFERGATE_BENCH_MODELS:-${TMPDIR:-/tmp}/infergate-bench-models}"
 export INFERGATE_BENCH_MODELS="$models"
-export INFERGATE_BENCH_BATCHES="${INFERGATE_BENCH_BATCHES:-1,8,32}"
+export INFERGATE_BENCH_BATCHES="${INFERGATE_BENCH_BATCHES:-1}"
 export INFERGATE_BENCH_SECONDS="${INFERGATE_BENCH_SECONDS:-2}"
 echo "==> generating bench-size models in $models"
 "$py" "$root/backend/engine/models/export_models.py" "$models" --size bench --manifest

@@ -31,7 +31,17 @@ pub enum Pace {
     Open {
         /// Requests per second.
         rate: f64,
+        /// Where in its gap the schedule starts, as a share of the gap (0 ≤ phase < 1). Callers with one phase
+        /// and rate send in step; independent callers get different phases from [`spread`], as real callers
+        /// are not in step, and callers in step would queue behind one another on every send.
+        phase: f64,
     },
+}
+
+/// The phase (a share of the gap) for the `index`-th independent open-loop caller: the golden-ratio sequence,
+/// which spreads any number of callers over the gap with none landing on another, whatever their rates.
+pub fn spread(index: usize) -> f64 {
+    (index as f64 * 0.618_033_988_749_895).fract()
 }
 
 /// One caller: its `x-caller-id`, its pace and the models it asks for.
@@ -219,17 +229,18 @@ pub async fn run_observed(
                     });
                 }
             }
-            Pace::Open { rate } => {
+            Pace::Open { rate, phase } => {
                 let (shared, rec, id) = (shared.clone(), rec.clone(), id.clone());
                 let models: Arc<[usize]> = caller.models.clone().into();
                 let gap = Duration::from_secs_f64(1.0 / rate.max(1e-3));
+                let first = start + gap.mul_f64(phase.clamp(0.0, 1.0));
                 let slots = Arc::new(Semaphore::new(plan.max_in_flight.max(1)));
                 tasks.spawn(async move {
                     let mut inflight = JoinSet::new();
                     let mut n = 0u32;
                     loop {
                         // Intended send times are fixed by the schedule, never by the answers.
-                        let intended = start + gap * n;
+                        let intended = first + gap * n;
                         n += 1;
                         tokio::time::sleep_until(intended).await;
                         if !shared.admit(intended) {

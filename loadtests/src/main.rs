@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use infergate_loadtests::case::{self, RunOptions, spec::parse_duration};
-use infergate_loadtests::load::{self, CallerSpec, LoadPlan, Pace};
+use infergate_loadtests::load::{self, CallerSpec, LoadPlan, Pace, spread};
 use infergate_loadtests::report::Report;
 use infergate_loadtests::soak::{self, Limits, SoakOptions};
 use infergate_loadtests::{Client, Payload, PayloadKind, Protocol, Target, TlsOptions, plot, pod};
@@ -212,7 +212,8 @@ fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
         .with_context(|| format!("--{flag} '{text}': write a duration such as 250ms, 10s or 2m"))
 }
 
-fn parse_caller(text: &str) -> anyhow::Result<CallerSpec> {
+/// The `index`-th `--caller`: open-loop callers each at their own point of the gap ([`spread`]).
+fn parse_caller(text: &str, index: usize) -> anyhow::Result<CallerSpec> {
     let bad = || format!("--caller '{text}': write NAME:concurrency=N or NAME:rate=R");
     let (name, pace) = text.split_once(':').with_context(bad)?;
     let (key, value) = pace.split_once('=').with_context(bad)?;
@@ -226,6 +227,7 @@ fn parse_caller(text: &str) -> anyhow::Result<CallerSpec> {
                 .ok()
                 .filter(|r: &f64| r.is_finite() && *r > 0.0)
                 .with_context(bad)?,
+            phase: spread(index),
         },
         _ => bail!(bad()),
     };
@@ -246,13 +248,14 @@ async fn bench(args: BenchArgs) -> anyhow::Result<bool> {
     let mut callers = args
         .callers
         .iter()
-        .map(|c| parse_caller(c))
+        .enumerate()
+        .map(|(i, c)| parse_caller(c, i))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if callers.is_empty() {
         callers.push(CallerSpec {
             name: "load-test".into(),
             pace: match args.rate {
-                Some(rate) if rate.is_finite() && rate > 0.0 => Pace::Open { rate },
+                Some(rate) if rate.is_finite() && rate > 0.0 => Pace::Open { rate, phase: 0.0 },
                 Some(_) => bail!("--rate must be a number above 0"),
                 None => Pace::Closed {
                     concurrency: args.concurrency.max(1),

@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::client::{Client, Protocol};
-use crate::load::{self, CallerSpec, LoadPlan, Pace};
+use crate::load::{self, CallerSpec, LoadPlan, Pace, spread};
 use crate::payload::{Payload, PayloadKind};
 use crate::plot;
 use crate::pod::{Pod, PodControl, PodSpec};
@@ -170,26 +170,30 @@ struct Stream {
 
 /// The mix: REST over HTTP/1.1 and gRPC on the canary-split model, REST over h2c on the heavier one.
 fn streams() -> Vec<Stream> {
-    let open = |name: &str, rate: f64| CallerSpec {
+    // Each caller at its own point of its gap: independent callers, not in step.
+    let open = |name: &str, rate: f64, index: usize| CallerSpec {
         name: name.to_owned(),
-        pace: Pace::Open { rate },
+        pace: Pace::Open {
+            rate,
+            phase: spread(index),
+        },
         models: Vec::new(),
     };
     vec![
         Stream {
             protocol: Protocol::Http1,
             model: "simple",
-            callers: vec![open("rest-0", 40.0), open("rest-1", 40.0)],
+            callers: vec![open("rest-0", 40.0, 0), open("rest-1", 40.0, 1)],
         },
         Stream {
             protocol: Protocol::Grpc,
             model: "simple",
-            callers: vec![open("grpc", 40.0)],
+            callers: vec![open("grpc", 40.0, 2)],
         },
         Stream {
             protocol: Protocol::H2c,
             model: "heavy_mlp",
-            callers: vec![open("h2c-heavy", 10.0)],
+            callers: vec![open("h2c-heavy", 10.0, 3)],
         },
     ]
 }

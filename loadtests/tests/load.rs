@@ -103,7 +103,10 @@ async fn callers_versions_and_refusals_are_counted_apart() {
             },
             CallerSpec {
                 name: "noisy".into(),
-                pace: Pace::Open { rate: 200.0 },
+                pace: Pace::Open {
+                    rate: 200.0,
+                    phase: 0.0,
+                },
                 models: Vec::new(),
             },
         ];
@@ -141,7 +144,10 @@ async fn an_open_loop_charges_a_stall_to_the_requests_scheduled_behind_it() {
     let payload = payload(&client).await;
     let open = vec![CallerSpec {
         name: "open".into(),
-        pace: Pace::Open { rate: 100.0 },
+        pace: Pace::Open {
+            rate: 100.0,
+            phase: 0.0,
+        },
         models: Vec::new(),
     }];
     let r = load::run(

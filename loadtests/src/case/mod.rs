@@ -329,12 +329,13 @@ async fn run_phases(
             callers: phase
                 .callers
                 .iter()
-                .flat_map(|group| {
+                .enumerate()
+                .flat_map(|(index, group)| {
                     let own: Vec<usize> = match &group.model {
                         Some(m) => models.iter().position(|x| *x == m).into_iter().collect(),
                         None => (0..rotation.len()).collect(),
                     };
-                    group.expand().into_iter().map(move |mut c| {
+                    group.expand(index).into_iter().map(move |mut c| {
                         c.models = own.clone();
                         c
                     })

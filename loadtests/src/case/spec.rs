@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::client::Protocol;
-use crate::load::{CallerSpec, Pace};
+use crate::load::{CallerSpec, Pace, spread};
 use crate::payload::PayloadKind;
 
 /// A scenario.
@@ -598,10 +598,14 @@ fn seventy_seconds() -> Dur {
 }
 
 impl CallerGroup {
-    /// The callers of the group.
-    pub fn expand(&self) -> Vec<CallerSpec> {
+    /// The callers of the group, the `index`-th of its phase: open-loop callers of one group send in step (a
+    /// drill's burst of callers sending together), groups at different points of the gap ([`spread`]).
+    pub fn expand(&self, index: usize) -> Vec<CallerSpec> {
         let pace = match (self.concurrency, self.rate) {
-            (_, Some(rate)) => Pace::Open { rate },
+            (_, Some(rate)) => Pace::Open {
+                rate,
+                phase: spread(index),
+            },
             (Some(concurrency), None) => Pace::Closed { concurrency },
             (None, None) => Pace::Closed { concurrency: 1 },
         };
@@ -980,6 +984,34 @@ mod tests {
         assert_eq!(a.within(Duration::from_secs(10)), Duration::from_secs(4));
         let e = serde_saphyr::from_str::<Dur>("ten").unwrap_err();
         assert!(e.to_string().contains("250ms"), "{e}");
+    }
+
+    #[test]
+    fn callers_of_one_group_send_in_step_and_other_groups_between_them() {
+        let groups: Vec<CallerGroup> =
+            serde_saphyr::from_str("[{ name: quiet, count: 4, rate: 5 }, { name: noisy, rate: 200 }]")
+                .unwrap();
+        let phases = |index: usize| -> Vec<f64> {
+            groups[index]
+                .expand(index)
+                .iter()
+                .map(|c| match c.pace {
+                    Pace::Open { phase, .. } => phase,
+                    Pace::Closed { .. } => panic!("{} is open loop", c.name),
+                })
+                .collect()
+        };
+        let quiet = phases(0);
+        assert_eq!(quiet.len(), 4);
+        assert!(quiet.iter().all(|p| *p == quiet[0]), "{quiet:?}");
+        // The quiet callers send every 200 ms, the noisy one every 5 ms: its sends fall between theirs, not
+        // on them (in step, every quiet request would queue behind a noisy one).
+        let apart_ms = (phases(1)[0] * 5.0 - quiet[0] * 200.0).rem_euclid(5.0);
+        assert!((1.0..=4.0).contains(&apart_ms), "{apart_ms} ms apart");
+        // However many groups, none lands near another: eight are at least 1/16 of the gap apart.
+        let mut eight: Vec<f64> = (0..8).map(spread).collect();
+        eight.sort_by(f64::total_cmp);
+        assert!(eight.windows(2).all(|w| w[1] - w[0] >= 1.0 / 16.0), "{eight:?}");
     }
 
     #[test]
