@@ -47,6 +47,7 @@ THREADS="${BENCH_THREADS:-1}"
 REPEAT="${BENCH_REPEAT:-3}"
 LAT_REPEAT="${BENCH_LAT_REPEAT:-3}"
 WORKERS="${BENCH_WORKERS:-1 2}"
+FIRST_WORKERS=${WORKERS%% *}
 BASELINE="${BENCH_BASELINE:-}"
 [ -z "$BASELINE" ] || [ -x "$BASELINE/infergate-gateway" ] || { echo "bench-gateway: $BASELINE/infergate-gateway is missing" >&2; exit 1; }
 UP=30001
@@ -129,7 +130,7 @@ HAPROXY_SAME_WORK='  option forwardfor
   http-request set-header X-Request-ID %[var(txn.rid)]
   http-response set-header X-Request-ID %[var(txn.rid)]'
 
-declare -A PORT=([direct]=$UP) PID LABEL=([direct]="direct to upstream") WORKERS_OF=([direct]=${WORKERS%% *})
+declare -A PORT=([direct]=$UP) PID LABEL=([direct]="direct to upstream") WORKERS_OF=([direct]=$FIRST_WORKERS)
 TARGETS=(direct)
 for w in $WORKERS; do
   gw=$((30010 + 2 * w)) ngx=$((30040 + w)) ngxh=$((30050 + w)) hap=$((30070 + w)) haph=$((30080 + w))
@@ -167,7 +168,6 @@ YAML
   LABEL[gw$w]="infergate-gateway (h2 upstream), $w thread(s)" LABEL[gwh1$w]="infergate-gateway (HTTP/1.1 upstream), $w thread(s)" LABEL[nginx$w]="nginx, $w worker(s)" LABEL[haproxy$w]="HAProxy (h2 upstream), $w thread(s)"
   LABEL[nginxh$w]="nginx + request id and XFF, $w worker(s)" LABEL[haproxyh$w]="HAProxy (h2 upstream) + request id and XFF, $w thread(s)"
   TARGETS+=(gw$w gwh1$w nginx$w nginxh$w haproxy$w haproxyh$w)
-  for t in gw$w gwh1$w nginx$w nginxh$w haproxy$w haproxyh$w base$w; do WORKERS_OF[$t]=$w; done
   if [ -n "$BASELINE" ]; then
     PORT[base$w]=$((30090 + 2 * w)) LABEL[base$w]="infergate-gateway baseline ($BASELINE), $w thread(s)"; TARGETS+=(base$w)
   fi
@@ -278,14 +278,14 @@ p50_one_cpu() { # target: p50 µs at 200 req/s over one connection, everything o
 declare -A P99 P50 P50_1K HALF CPU P50P
 for w in $WORKERS; do
   best=$(( RPS[nginx$w] > RPS[haproxy$w] ? RPS[nginx$w] : RPS[haproxy$w] ))
-  for t in gw gwh1 nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )); done
+  for t in gw gwh1 nginx nginxh haproxy haproxyh base; do HALF[$t$w]=$(( best / 2 )) WORKERS_OF[$t$w]=$w; done
 done
-HALF[direct]=${HALF[gw${WORKERS%% *}]}
+HALF[direct]=${HALF[gw$FIRST_WORKERS]}
 # Latency rounds taken in turn over the targets, as for throughput; the table gives the medians. The
 # one-connection p50s are taken at the first worker count only: one connection is served by one worker, so the
 # other counts would repeat them ("-" in their rows).
 declare -A P99S P50S P50K CPUS P50PS
-one_conn() { [ "${WORKERS_OF[$1]}" = "${WORKERS%% *}" ]; }
+one_conn() { [ "${WORKERS_OF[$1]}" = "$FIRST_WORKERS" ]; }
 for _ in $(seq 1 "$LAT_REPEAT"); do
   for t in "${TARGETS[@]}"; do
     read -r p c < <(pct_at_rate "$t" "${HALF[$t]}" 16 99); P99S[$t]+="$p "; [ "$c" = - ] || CPUS[$t]+="$c "
