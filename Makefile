@@ -29,7 +29,7 @@ help: ## list the targets
 RUN_PIDS ?= $(CACHE)/run-local.pids
 
 run: deps build-pod ## start the backend and the gateway on deploy/local (the example)
-	scripts/run-local.sh "$(TARGET_DIR)/release" "$(RUN_PIDS)"
+	scripts/run-local.sh "$(TARGET_DIR)/quick" "$(RUN_PIDS)"
 
 stop: ## stop what `make run` started (from another terminal): the gateway drains, then the backend stops
 	@scripts/stop-local.sh "$(RUN_PIDS)"
@@ -55,8 +55,8 @@ build: ## debug build of every crate and binary
 build-release: ## optimised binaries
 	$(CARGO) build --workspace --release --bins
 
-build-pod: ## optimised binaries of the pod's two processes only (what `make run` needs)
-	$(CARGO) build --release -p infergate-gateway -p infergate-backend --bin infergate-gateway --bin infergate-backend
+build-pod: ## the pod's two processes only, as `make run` builds them (profile quick: quick to build, models at full speed)
+	$(CARGO) build --profile quick -p infergate-gateway -p infergate-backend --bin infergate-gateway --bin infergate-backend
 
 lint: ## rustfmt and clippy, warnings are errors
 	@echo "==> cargo fmt --check"
