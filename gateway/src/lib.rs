@@ -21,6 +21,7 @@ pub mod mirror;
 pub mod model_ref;
 pub mod pipeline;
 pub mod prefixed_io;
+pub mod process;
 pub mod proxy;
 pub mod quota;
 pub mod reload;

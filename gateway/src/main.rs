@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use infergate_config::{WatchOptions, load_gateway_config, read_config_file};
-use infergate_gateway::config_state;
-use infergate_gateway::server::{Gateway, Overrides};
+use infergate_config::{load_gateway_config, read_config_file};
+use infergate_gateway::process;
+use infergate_gateway::server::Overrides;
 
 /// mimalloc rather than glibc's allocator: a request's few allocations (futures of 1–3 KB among them, past
 /// glibc's per-thread cache) cost ≈ 900 instructions less per proxied request (callgrind; docs/benchmarks-history.md,
@@ -115,14 +115,13 @@ fn check(file: &Path) -> ExitCode {
         eprintln!("{w}");
     }
     // Compile too (TLS files, routes), exactly as a running gateway would.
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
+    let compiled = match process::check_compiles(&text, file) {
+        Ok(c) => c,
         Err(e) => {
-            eprintln!("cannot start a runtime: {e}");
+            eprintln!("{e:#}");
             return ExitCode::FAILURE;
         }
     };
-    let compiled = rt.block_on(async { config_state::load(&text, file, None, Some(1)).map(|_| ()) });
     match compiled {
         Ok(()) => {
             println!(
@@ -149,41 +148,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     for w in warnings.iter() {
         tracing::warn!("{w}");
     }
-    // The data plane runs on worker threads of its own (`--workers`, else `listeners.worker_threads`, default
-    // one per core),
-    // each with a current-thread runtime, started by `Gateway::start`. This thread's runtime keeps the
-    // admin API, reloads, DNS re-resolution, signals and metrics upkeep: little work, one thread.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    rt.block_on(async move {
-        let overrides = Overrides {
-            data: cli.data_address,
-            admin: cli.admin_address,
-            workers: cli.workers.map(usize::from),
-        };
-        let gateway = Gateway::start(&text, &path, overrides).await?;
-        // Watches the file's folder (writes, renames, the ConfigMap `..data` swap) and SIGHUP.
-        let watcher = gateway
-            .watch(WatchOptions::default())
-            .map_err(|d| anyhow::anyhow!("{d}"))?;
-        wait_for_signal().await?;
-        tracing::info!(drain_delay = ?cli.drain_delay, "shutting down: not ready, then draining in-flight requests");
-        drop(watcher);
-        let left = gateway.shutdown_after(cli.drain_delay).await;
-        tracing::info!(left_open = left, "stopped");
-        Ok(())
-    })
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
+    let overrides = Overrides {
+        data: cli.data_address,
+        admin: cli.admin_address,
+        workers: cli.workers.map(usize::from),
+    };
+    process::serve_until_signal(&text, &path, overrides, cli.drain_delay)
 }

@@ -15,6 +15,7 @@ pub mod memory_budget;
 pub mod metrics;
 pub mod metrics_server;
 pub mod model_config;
+pub mod process;
 pub mod repository;
 pub mod spec;
 pub mod stats;

@@ -1,4 +1,4 @@
-//! The `gemm` crate behind one audited unsafe call: the portable matrix product (`cpu::mm` uses it
+//! The `gemm-f32` crate behind one audited unsafe call: the portable matrix product (`cpu::mm` uses it
 //! where it has no micro-kernels), LSTM/GRU steps and ConvTranspose.
 
 use crate::error::{EngineError, Result};
@@ -10,6 +10,17 @@ pub(crate) struct MatRef<'a> {
     pub(crate) off: usize,
     pub(crate) rs: usize,
     pub(crate) cs: usize,
+}
+
+impl MatRef<'_> {
+    /// The same elements read as the transposed matrix.
+    fn transposed(self) -> Self {
+        MatRef {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
 }
 
 fn max_index(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
@@ -62,9 +73,16 @@ pub(crate) fn sgemm(
         )));
     }
     let par = if parallel {
-        gemm::Parallelism::Rayon(0)
+        gemm_common::Parallelism::Rayon(0)
     } else {
-        gemm::Parallelism::None
+        gemm_common::Parallelism::None
+    };
+    // The kernels prefer a column-major destination, so a row-major one is computed as its transpose,
+    // cᵀ = bᵀ·aᵀ (the swap the `gemm` facade crate makes before it dispatches).
+    let (m, n, lhs, rhs, dst_cs, dst_rs) = if ldc > 1 {
+        (n, m, b.transposed(), a.transposed(), ldc, 1)
+    } else {
+        (m, n, a, b, 1, ldc)
     };
     // SAFETY: every element the call reads or writes lies inside the slices: the largest offsets
     // touched are off + (rows-1)*rs + (cols-1)*cs, checked above against each slice's length; strides
@@ -72,20 +90,20 @@ pub(crate) fn sgemm(
     // does not alias `a`/`b` (distinct borrows).
     #[allow(unsafe_code)]
     unsafe {
-        gemm::gemm(
+        gemm_f32::gemm::f32::get_gemm_fn()(
             m,
             n,
             k,
             c.as_mut_ptr(),
-            1,
-            ldc as isize,
+            dst_cs as isize,
+            dst_rs as isize,
             accumulate,
-            a.data.as_ptr().add(a.off),
-            a.cs as isize,
-            a.rs as isize,
-            b.data.as_ptr().add(b.off),
-            b.cs as isize,
-            b.rs as isize,
+            lhs.data.as_ptr().add(lhs.off),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.data.as_ptr().add(rhs.off),
+            rhs.cs as isize,
+            rhs.rs as isize,
             1.0,
             alpha,
             false,

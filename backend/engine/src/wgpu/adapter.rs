@@ -3,6 +3,13 @@
 
 use super::error::{GpuError, GpuResult};
 
+/// The backends the engine is built with (the workspace's `wgpu` features): the native compute APIs. wgpu's
+/// OpenGL backend is left out; its compute support is a subset, and it cost every build a GL stack and
+/// a GLSL shader writer.
+const BUILT_BACKENDS: wgpu::Backends = wgpu::Backends::VULKAN
+    .union(wgpu::Backends::METAL)
+    .union(wgpu::Backends::DX12);
+
 /// Which wgpu adapter a `ExecutorKind::Wgpu` session uses.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum AdapterChoice {
@@ -36,7 +43,7 @@ pub(crate) struct AdapterRequest {
     pub(crate) kind: AdapterKind,
     /// Case-insensitive substring of the adapter name (`WGPU_ADAPTER_NAME` overrides).
     pub(crate) name: Option<String>,
-    /// Backends to consider, as `WGPU_BACKEND` spells them (`vulkan`, `metal`, `dx12`, `gl`; comma separated);
+    /// Backends to consider, as `WGPU_BACKEND` spells them (`vulkan`, `metal`, `dx12`; comma separated);
     /// `WGPU_BACKEND` overrides. `None` means all backends.
     pub(crate) backends: Option<String>,
 }
@@ -62,12 +69,12 @@ impl AdapterRequest {
 
     pub(crate) fn backends(&self) -> GpuResult<wgpu::Backends> {
         match &self.backends {
-            None => Ok(wgpu::Backends::all()),
+            None => Ok(BUILT_BACKENDS),
             Some(text) => {
-                let b = wgpu::Backends::from_comma_list(text);
+                let b = wgpu::Backends::from_comma_list(text) & BUILT_BACKENDS;
                 if b.is_empty() {
                     Err(GpuError::invalid(format!(
-                        "wgpu backend list '{text}' names no backend (use vulkan, metal, dx12 or gl)"
+                        "wgpu backend list '{text}' names no backend this build has (use vulkan, metal or dx12)"
                     )))
                 } else {
                     Ok(b)
