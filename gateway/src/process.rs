@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use infergate_config::{Diagnostics, WatchOptions};
+use infergate_config::WatchOptions;
 
 use crate::config_state;
 use crate::server::{Gateway, Overrides};
@@ -47,13 +47,15 @@ pub fn serve_until_signal(
 
 /// Compiles the routes file `path` (its content `text`) exactly as a starting gateway would (TLS files,
 /// routes, upstreams), without binding anything: what `infergate-gateway check` runs after validation.
-pub fn check_compiles(text: &str, path: &Path) -> anyhow::Result<Result<(), Diagnostics>> {
+pub fn check_compiles(text: &str, path: &Path) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start a runtime")?;
     // Upstreams are built inside a runtime (their pools hold its handles).
-    Ok(rt.block_on(async { config_state::load(text, path, None, Some(1)).map(|_| ()) }))
+    rt.block_on(async { config_state::load(text, path, None, Some(1)) })
+        .map(|_| ())
+        .map_err(|d| anyhow::anyhow!("{d}"))
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -8,8 +8,7 @@ use std::path::Path;
 const GENERATED: &str = "src/grpc/generated/inference.rs";
 
 /// The code the server would be built with if it generated it now, with the settings it was generated with.
-fn generate() -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+fn generate(root: &Path) -> String {
     let out = tempfile::tempdir().expect("a temporary folder for the generated code");
     let fds = protox::compile(["grpc_service.proto", "model_config.proto"], [root.join("proto")])
         .expect("proto/ compiles");
@@ -28,7 +27,7 @@ fn generate() -> String {
 #[test]
 fn the_committed_grpc_code_is_what_the_protos_generate() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fresh = generate();
+    let fresh = generate(root);
     let path = root.join(GENERATED);
     if std::env::var_os("INFERGATE_REGENERATE").is_some() {
         std::fs::write(&path, &fresh).expect("write the generated code");
