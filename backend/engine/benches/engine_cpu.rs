@@ -14,15 +14,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use infergate_engine::cpu::SETTLING_RUNS;
 use infergate_engine::{DataType, ExecutorKind, Model, Session, SessionOptions, Tensor};
 
 /// The backend binary's allocator, so that the figures are the ones it serves at.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Runs before timing: a batch that can run split settles on whole or split over its first four
-/// (the CPU executor times both ways on real runs), then one more.
-const WARMUP_RUNS: usize = 5;
+/// Runs before timing: a batch that can run split settles on its way over its first
+/// [`SETTLING_RUNS`] (the CPU executor times each way on real runs), then one more.
+const WARMUP_RUNS: usize = SETTLING_RUNS + 1;
 
 fn inputs_for(spec: &serde_json::Value, batch: usize, seed: u64) -> Vec<(String, Tensor)> {
     let mut state = seed

@@ -8,7 +8,7 @@
 //! Dynamic dims other than the batch take their value from `--input`. Prints the wall time per run of both,
 //! the time per operator type, and the K slowest nodes of ours with onnxruntime's time for the node of the same
 //! name (onnxruntime keeps a fused node's first name; so do we). `RUST_LOG=infergate_engine=debug` also
-//! prints the plan's choices (a batch run whole or split, and the times that decided it). Needs the project
+//! prints the plan's choices (a batch run whole, split or serial, and the times that decided it). Needs the project
 //! venv's onnxruntime (`INFERGATE_PYTHON`, default `~/.cache/infergate/venv/bin/python`) unless `--no-ort`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -20,16 +20,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use infergate_engine::cpu::CpuExecutor;
+use infergate_engine::cpu::{CpuExecutor, SETTLING_RUNS};
 use infergate_engine::{DataType, Dim, Model, SessionOptions, Tensor};
 
 /// The backend binary's allocator, so that the figures are the ones it serves at.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Runs before timing: a batch that can run split settles on whole or split over its first four
-/// (the CPU executor times both ways on real runs), then one more.
-const WARMUP_RUNS: usize = 5;
+/// Runs before timing: a batch that can run split settles on its way over its first
+/// [`SETTLING_RUNS`] (the CPU executor times each way on real runs), then one more.
+const WARMUP_RUNS: usize = SETTLING_RUNS + 1;
 
 /// onnxruntime's side: runs the model with profiling on and prints one JSON object:
 /// `{"wall_ms": per-run wall time, "nodes": [[name, op, mean µs], ...]}` in execution order.

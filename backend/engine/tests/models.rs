@@ -74,8 +74,8 @@ fn check_model_in(dir: &Path, batches: &[usize], name: &str, dynamic_inputs: &[(
                 )
             })
             .collect();
-        // Twice: a batch that can run as one-sample runs times both ways on its first runs (whole,
-        // then split), so both are checked.
+        // Twice: a batch that can run as one-sample runs times each way on its first runs (whole,
+        // then split; the serial way runs the same one-sample plan as split), so both plans are checked.
         for run in 1..=2 {
             let outputs = session
                 .run_blocking(inputs.clone())

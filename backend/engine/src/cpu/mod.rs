@@ -46,6 +46,7 @@ use crate::tensor::{DataType, Tensor};
 
 pub(crate) use buf::Buf;
 use buf::In;
+pub use split::SETTLING_RUNS;
 use weights::{Packing, Prepared, Weights};
 
 /// Where one run of a plan spent its time, node by node ([`CpuExecutor::profile`]).
@@ -345,7 +346,9 @@ impl CpuExecutor {
         inner.pool.install(|| {
             let plan = inner.plan(&inputs)?;
             let (plan, inputs, split_into) = match &plan.split {
-                Some(SplitPlan { n, one, choice }) if choice.settled() == Some(split::Way::Split) => {
+                Some(SplitPlan { n, one, choice })
+                    if matches!(choice.settled(), Some(split::Way::Split | split::Way::Serial)) =>
+                {
                     let first = inputs
                         .iter()
                         .map(|t| split::sample(t, 0))
@@ -441,6 +444,7 @@ impl Inner {
         let out = match way {
             split::Way::Whole => execute(plan, inputs, None),
             split::Way::Split => run_split(one, inputs, *n),
+            split::Way::Serial => run_serial(one, inputs, *n),
         }?;
         choice.record(way, start.elapsed());
         Ok(out)
@@ -453,15 +457,31 @@ fn run_split(one: &CpuPlan, inputs: &[Tensor], n: usize) -> Result<Vec<Tensor>> 
     let per_sample: Vec<Vec<Tensor>> = (0..n)
         .into_par_iter()
         .with_max_len(1)
-        .map(|i| {
-            let ins: Vec<Tensor> = inputs
-                .iter()
-                .map(|t| split::sample(t, i))
-                .collect::<Option<_>>()
-                .ok_or_else(|| EngineError::internal(format!("cannot take sample {i} of the inputs")))?;
-            execute(one, &ins, None)
-        })
+        .map(|i| execute(one, &sample_inputs(inputs, i)?, None))
         .collect::<Result<_>>()?;
+    stack_outputs(one, &per_sample)
+}
+
+/// The `n` samples of `inputs` run on `one` (a one-sample plan) one after another, each with the
+/// whole pool, as `n` single requests would; the outputs stacked again.
+fn run_serial(one: &CpuPlan, inputs: &[Tensor], n: usize) -> Result<Vec<Tensor>> {
+    let per_sample: Vec<Vec<Tensor>> = (0..n)
+        .map(|i| execute(one, &sample_inputs(inputs, i)?, None))
+        .collect::<Result<_>>()?;
+    stack_outputs(one, &per_sample)
+}
+
+/// Sample `i` of each of `inputs`.
+fn sample_inputs(inputs: &[Tensor], i: usize) -> Result<Vec<Tensor>> {
+    inputs
+        .iter()
+        .map(|t| split::sample(t, i))
+        .collect::<Option<_>>()
+        .ok_or_else(|| EngineError::internal(format!("cannot take sample {i} of the inputs")))
+}
+
+/// The outputs of `one` for each sample, stacked along axis 0.
+fn stack_outputs(one: &CpuPlan, per_sample: &[Vec<Tensor>]) -> Result<Vec<Tensor>> {
     (0..one.graph.outputs.len())
         .map(|j| {
             let parts: Vec<&Tensor> = per_sample.iter().filter_map(|o| o.get(j)).collect();

@@ -1,7 +1,9 @@
 //! Batch splitting: a plan in which every node treats the samples along axis 0 of the inputs
-//! independently runs as one sub-run per sample, spread over the pool's threads, so that each
+//! independently may run as one sub-run per sample, spread over the pool's threads, so that each
 //! worker's activations stay in its caches (a batch-16 MobileNet's layers do not fit in L2; one
-//! sample's do). The outputs are the per-sample outputs concatenated along axis 0.
+//! sample's do), or one sub-run after another, each on every thread, as single requests would run.
+//! [`Choice`] measures which is fastest. The outputs are the per-sample outputs concatenated along
+//! axis 0.
 //!
 //! Two checks make this exact rather than a heuristic:
 //! - [`batch_axis`] follows the sample axis through the full-batch plan (Transpose, Slice and Reshape
@@ -19,24 +21,44 @@ use std::time::Duration;
 use crate::ir::{ConcreteGraph, CoordTransform, Op, ResizeMode, ValueId};
 use crate::tensor::{DataType, Tensor};
 
-/// Runs of each way timed before a plan settles on the faster one.
-const TRIALS: u32 = 2;
+/// Runs of each way timed before a plan settles on the fastest one.
+const TRIALS: usize = 2;
+
+/// Batches a plan that can run split takes to settle on its way: [`TRIALS`] of each [`Way`]. Benchmarks
+/// run this many before they time anything.
+pub const SETTLING_RUNS: usize = TRIALS * Way::ALL.len();
 
 /// How a batch that can run split is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Way {
     /// one execution of the full-batch plan
     Whole,
-    /// one execution of the one-sample plan per sample, in parallel
+    /// one execution of the one-sample plan per sample, the samples in parallel
     Split,
+    /// one execution of the one-sample plan per sample, one after the other, each on every thread:
+    /// exactly what the samples cost as single requests, so a batch is never slower per sample
+    Serial,
 }
 
-/// The choice between [`Way::Whole`] and [`Way::Split`] for one plan, measured on its own first
-/// batches (real requests, so the trials cost nothing extra): they alternate until each way has
-/// run [`TRIALS`] times, then the faster best time wins for good. Which is faster depends on the
-/// model and the machine (a transformer's batch-8 products beat eight single-threaded ones on two
-/// cores; a CNN's cache-sized samples win apart), and guessing it wrong made batching slower per
-/// sample than single requests.
+impl Way {
+    const ALL: [Way; 3] = [Way::Whole, Way::Split, Way::Serial];
+
+    fn index(self) -> usize {
+        match self {
+            Way::Whole => 0,
+            Way::Split => 1,
+            Way::Serial => 2,
+        }
+    }
+}
+
+/// The choice between the [`Way`]s for one plan, measured on its own first batches (real
+/// requests, so the trials cost nothing extra): they take turns until each has run [`TRIALS`]
+/// times, then the fastest best time wins for good. Which is fastest depends on the model and the
+/// machine (a transformer's batch-8 products beat eight single-threaded ones on two cores; a CNN's
+/// cache-sized samples win apart; a sample on both threads can beat both), and guessing it wrong
+/// made batching slower per sample than single requests. With [`Way::Serial`] among the
+/// candidates, a batch costs at most what its samples cost as single requests.
 #[derive(Debug, Default)]
 pub(crate) struct Choice {
     state: Mutex<Trials>,
@@ -44,8 +66,8 @@ pub(crate) struct Choice {
 
 #[derive(Debug, Default)]
 struct Trials {
-    whole: Vec<Duration>,
-    split: Vec<Duration>,
+    /// Times of each way, by [`Way::index`].
+    times: [Vec<Duration>; 3],
     settled: Option<Way>,
 }
 
@@ -55,11 +77,14 @@ impl Choice {
         let Ok(t) = self.state.lock() else {
             return Way::Whole;
         };
-        match t.settled {
-            Some(way) => way,
-            None if t.split.len() < t.whole.len() => Way::Split,
-            None => Way::Whole,
+        if let Some(way) = t.settled {
+            return way;
         }
+        // the first way with the fewest trials
+        Way::ALL
+            .into_iter()
+            .min_by_key(|w| t.times[w.index()].len())
+            .unwrap_or(Way::Whole)
     }
 
     /// The way settled on, once measured.
@@ -75,17 +100,24 @@ impl Choice {
         if t.settled.is_some() {
             return;
         }
-        match way {
-            Way::Whole => t.whole.push(took),
-            Way::Split => t.split.push(took),
+        t.times[way.index()].push(took);
+        if t.times.iter().any(|v| v.len() < TRIALS) {
+            return;
         }
-        if t.whole.len() >= TRIALS as usize && t.split.len() >= TRIALS as usize {
-            let best = |v: &[Duration]| v.iter().min().copied().unwrap_or(Duration::MAX);
-            let (whole, split) = (best(&t.whole), best(&t.split));
-            let way = if split < whole { Way::Split } else { Way::Whole };
-            tracing::debug!(?whole, ?split, ?way, "cpu plan: batch way measured");
-            t.settled = Some(way);
-        }
+        let best = |w: &Way| t.times[w.index()].iter().min().copied().unwrap_or(Duration::MAX);
+        // the earlier way on a tie: one execution over several, parallel over serial
+        let fastest = Way::ALL
+            .into_iter()
+            .reduce(|a, b| if best(&b) < best(&a) { b } else { a })
+            .unwrap_or(Way::Whole);
+        tracing::debug!(
+            whole = ?best(&Way::Whole),
+            split = ?best(&Way::Split),
+            serial = ?best(&Way::Serial),
+            way = ?fastest,
+            "cpu plan: batch way measured"
+        );
+        t.settled = Some(fastest);
     }
 }
 

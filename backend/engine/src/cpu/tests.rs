@@ -428,15 +428,15 @@ fn a_class_token_expanded_to_the_batch_keeps_the_batch_splittable() {
         plan.split.is_some(),
         "the repeated class token must not block splitting"
     );
-    // every way of running it (whole, split, then the settled one) computes what one sample at a
-    // time does
+    // every way of running it (whole, split, serial, then the settled one) computes what one
+    // sample at a time does
     let rows = x.to_vec::<f32>().unwrap();
     let mut alone = Vec::new();
     for sample in rows.chunks(12) {
         let one = Tensor::from_vec(vec![1, 3, 4], sample.to_vec()).unwrap();
         alone.extend(exec.run_blocking(vec![one]).unwrap()[0].to_vec::<f32>().unwrap());
     }
-    for run in 0..5 {
+    for run in 0..super::SETTLING_RUNS + 1 {
         let got = exec.run_blocking(vec![x.clone()]).unwrap()[0]
             .to_vec::<f32>()
             .unwrap();
@@ -444,7 +444,7 @@ fn a_class_token_expanded_to_the_batch_keeps_the_batch_splittable() {
     }
     assert!(
         plan.split.as_ref().is_some_and(|s| s.choice.settled().is_some()),
-        "two timed runs each way settle the choice"
+        "two timed runs of each way settle the choice"
     );
 }
 

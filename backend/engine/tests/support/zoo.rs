@@ -65,8 +65,8 @@ pub fn load(name: &str) -> Arc<Model> {
 /// onnxruntime's: |got - want| <= rtol * |want| + atol * max(1, max|want|) (the tolerance grows with the
 /// output's magnitude: random-weight networks reach large activations, where an absolute bound says nothing).
 pub fn check(session: &Session, model: &Model, name: &str, batches: &[usize], rtol: f64, atol: f64) {
-    // a batch the CPU executor can split runs whole first, then split (`cpu/split.rs`): running
-    // each batch twice checks both ways
+    // a batch the CPU executor can split runs whole first, then split (`cpu/split.rs`; the serial
+    // way runs the same one-sample plan): running each batch twice checks both plans
     let runs = batches
         .iter()
         .flat_map(|&b| if b >= 2 { vec![b, b] } else { vec![b] });

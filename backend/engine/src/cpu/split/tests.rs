@@ -161,30 +161,44 @@ fn samples_come_apart_and_stack_back() {
 }
 
 #[test]
-fn the_choice_alternates_until_both_ways_ran_twice_then_keeps_the_faster() {
+fn the_choice_takes_turns_until_every_way_ran_twice_then_keeps_the_fastest() {
     let ms = Duration::from_millis;
     let c = Choice::default();
     let mut order = Vec::new();
-    for (whole, split) in [(ms(10), ms(6)), (ms(9), ms(7))] {
-        order.push(c.next());
-        c.record(Way::Whole, whole);
-        order.push(c.next());
-        c.record(Way::Split, split);
+    for (whole, split, serial) in [(ms(10), ms(6), ms(8)), (ms(9), ms(7), ms(8))] {
+        for took in [whole, split, serial] {
+            let way = c.next();
+            order.push(way);
+            c.record(way, took);
+        }
     }
-    assert_eq!(order, [Way::Whole, Way::Split, Way::Whole, Way::Split]);
-    assert_eq!(c.settled(), Some(Way::Split));
-    assert_eq!(c.next(), Way::Split);
+    use Way::{Serial, Split, Whole};
+    assert_eq!(order, [Whole, Split, Serial, Whole, Split, Serial]);
+    assert_eq!(order.len(), SETTLING_RUNS);
+    assert_eq!(c.settled(), Some(Split));
+    assert_eq!(c.next(), Split);
     // a slow run after settling changes nothing
-    c.record(Way::Split, ms(100));
-    assert_eq!(c.next(), Way::Split);
+    c.record(Split, ms(100));
+    assert_eq!(c.next(), Split);
 
-    // the whole batch wins when it is faster at its best
+    // the whole batch wins when it is fastest at its best
     let c = Choice::default();
     for _ in 0..2 {
-        c.record(Way::Whole, ms(5));
-        c.record(Way::Split, ms(8));
+        c.record(Whole, ms(5));
+        c.record(Split, ms(8));
+        assert_eq!(c.settled(), None, "serial has not run yet");
+        c.record(Serial, ms(6));
     }
-    assert_eq!(c.settled(), Some(Way::Whole));
+    assert_eq!(c.settled(), Some(Whole));
+
+    // one sample at a time on every thread wins when the samples cost less as single requests
+    let c = Choice::default();
+    for _ in 0..2 {
+        c.record(Whole, ms(20));
+        c.record(Split, ms(18));
+        c.record(Serial, ms(17));
+    }
+    assert_eq!(c.settled(), Some(Serial));
 }
 
 /// `x [n, 4, 6]` through `ops` in turn (each with its output shape), as an attention block takes Q, K
