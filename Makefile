@@ -95,8 +95,9 @@ soak: build ## SOAK_MINUTES (30) of mixed traffic through the pod; table, JSON a
 	"$(TARGET_DIR)/debug/infergate-load" soak --minutes "$(SOAK_MINUTES)" \
 	  --bin-dir "$(TARGET_DIR)/debug" --out "$(TARGET_DIR)/soak"
 
-build-bench: ## the binaries figures are taken with (profile release-lto: fat LTO, as the images)
+build-bench: ## the binaries and engine benchmarks figures are taken with (profile release-lto: fat LTO, as the images)
 	$(CARGO) build --workspace --profile release-lto --bins
+	$(CARGO) bench --no-run -q -p infergate-engine --profile release-lto
 
 bench: deps venv zoo build-bench ## the scenarios, then the peers side by side; tables in target/bench/report.md, recorded in docs/benchmarks.md
 	@scripts/ensure-system-deps.sh $(BENCH_PACKAGES)

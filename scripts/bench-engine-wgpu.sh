@@ -21,4 +21,4 @@ echo "==> generating bench-size models in $models"
 "$py" "$root/backend/engine/models/export_models.py" "$models" --size bench --manifest
 echo "==> machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "==> wgpu executor vs onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)') (cargo bench -p infergate-engine --bench wgpu_engine)"
-cd "$root" && cargo bench -q -p infergate-engine --bench wgpu_engine
+cd "$root" && cargo bench -q --profile release-lto -p infergate-engine --bench wgpu_engine

@@ -22,11 +22,11 @@ models="${INFERGATE_BENCH_ONLY:-$("$py" -c 'import json,sys; print(",".join(m fo
 out="$(mktemp -d)"
 echo "==> machine: $threads cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "==> onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)'), $threads intra-op threads; zoo $zoo"
-(cd "$root" && cargo bench -q -p infergate-engine --bench engine_cpu --no-run)
+(cd "$root" && cargo bench -q --profile release-lto -p infergate-engine --bench engine_cpu --no-run)
 for r in $(seq 1 "$rounds"); do
   for m in ${models//,/ }; do
     echo "==> round $r/$rounds: $m"
-    (cd "$root" && INFERGATE_BENCH_ONLY="$m" cargo bench -q -p infergate-engine --bench engine_cpu) | tee -a "$out/cpu.txt"
+    (cd "$root" && INFERGATE_BENCH_ONLY="$m" cargo bench -q --profile release-lto -p infergate-engine --bench engine_cpu) | tee -a "$out/cpu.txt"
     "$py" "$root/backend/engine/models/bench_ort.py" "$zoo" --batches "$INFERGATE_BENCH_BATCHES" \
       --seconds "$INFERGATE_BENCH_SECONDS" --threads "$threads" --only "$m" | tee -a "$out/ort.txt"
   done

@@ -25,7 +25,7 @@ only=()
 : > "$models/ort.txt"
 for r in $(seq 1 "$rounds"); do
   echo "==> round $r/$rounds: infergate CPU executor (cargo bench -p infergate-engine --bench engine_cpu)"
-  (cd "$root" && cargo bench -q -p infergate-engine --bench engine_cpu) | tee -a "$models/cpu.txt"
+  (cd "$root" && cargo bench -q --profile release-lto -p infergate-engine --bench engine_cpu) | tee -a "$models/cpu.txt"
   echo "==> round $r/$rounds: onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)') (CPUExecutionProvider, default threads)"
   "$py" "$root/backend/engine/models/bench_ort.py" "$models" --batches "$INFERGATE_BENCH_BATCHES" \
     --seconds "$INFERGATE_BENCH_SECONDS" "${only[@]}" | tee -a "$models/ort.txt"
