@@ -415,15 +415,19 @@ impl Inner {
                 .collect::<Option<Vec<_>>>()
             && let Ok(one) = self.model.specialise_for(&first)
             && split::same_but_batch(&graph, &one)
-            && split::split_pays(&one)
         {
-            tracing::debug!(batch = n, "cpu plan: samples can run apart");
+            let ways: &'static [split::Way] = if split::split_pays(&one) {
+                &split::Way::ALL
+            } else {
+                &split::Way::NOT_SPLIT
+            };
+            tracing::debug!(batch = n, ?ways, "cpu plan: samples can run apart");
             let one = Arc::new(CpuPlan::new(one, &self.weights)?);
             let mut plan = CpuPlan::new(graph, &self.weights)?;
             plan.split = Some(SplitPlan {
                 n,
                 one,
-                choice: split::Choice::default(),
+                choice: split::Choice::new(ways),
             });
             return Ok(plan);
         }

@@ -41,7 +41,10 @@ pub(crate) enum Way {
 }
 
 impl Way {
-    const ALL: [Way; 3] = [Way::Whole, Way::Split, Way::Serial];
+    /// Every way, in the order trials take them.
+    pub(crate) const ALL: [Way; 3] = [Way::Whole, Way::Split, Way::Serial];
+    /// The ways for a plan whose samples should not run in parallel apart ([`split_pays`]).
+    pub(crate) const NOT_SPLIT: [Way; 2] = [Way::Whole, Way::Serial];
 
     fn index(self) -> usize {
         match self {
@@ -52,15 +55,17 @@ impl Way {
     }
 }
 
-/// The choice between the [`Way`]s for one plan, measured on its own first batches (real
-/// requests, so the trials cost nothing extra): they take turns until each has run [`TRIALS`]
-/// times, then the fastest best time wins for good. Which is fastest depends on the model and the
+/// The choice between the candidate [`Way`]s for one plan, measured on its own first batches
+/// (real requests, so the trials cost nothing extra): they take turns until each has run
+/// [`TRIALS`] times, then the fastest best time wins for good. Which is fastest depends on the model and the
 /// machine (a transformer's batch-8 products beat eight single-threaded ones on two cores; a CNN's
 /// cache-sized samples win apart; a sample on both threads can beat both), and guessing it wrong
 /// made batching slower per sample than single requests. With [`Way::Serial`] among the
 /// candidates, a batch costs at most what its samples cost as single requests.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Choice {
+    /// The ways tried, in turn.
+    ways: &'static [Way],
     state: Mutex<Trials>,
 }
 
@@ -72,6 +77,14 @@ struct Trials {
 }
 
 impl Choice {
+    /// A choice among `ways` (the first on a tie), none tried yet.
+    pub(crate) fn new(ways: &'static [Way]) -> Choice {
+        Choice {
+            ways,
+            state: Mutex::default(),
+        }
+    }
+
     /// The way to run the next batch.
     pub(crate) fn next(&self) -> Way {
         let Ok(t) = self.state.lock() else {
@@ -81,8 +94,9 @@ impl Choice {
             return way;
         }
         // the first way with the fewest trials
-        Way::ALL
-            .into_iter()
+        self.ways
+            .iter()
+            .copied()
             .min_by_key(|w| t.times[w.index()].len())
             .unwrap_or(Way::Whole)
     }
@@ -101,19 +115,22 @@ impl Choice {
             return;
         }
         t.times[way.index()].push(took);
-        if t.times.iter().any(|v| v.len() < TRIALS) {
+        if self.ways.iter().any(|w| t.times[w.index()].len() < TRIALS) {
             return;
         }
-        let best = |w: &Way| t.times[w.index()].iter().min().copied().unwrap_or(Duration::MAX);
+        // every candidate has times here; a way not tried has none
+        let best = |w: Way| t.times[w.index()].iter().min().copied();
         // the earlier way on a tie: one execution over several, parallel over serial
-        let fastest = Way::ALL
-            .into_iter()
-            .reduce(|a, b| if best(&b) < best(&a) { b } else { a })
+        let fastest = self
+            .ways
+            .iter()
+            .copied()
+            .reduce(|a, b| if best(b) < best(a) { b } else { a })
             .unwrap_or(Way::Whole);
         tracing::debug!(
-            whole = ?best(&Way::Whole),
-            split = ?best(&Way::Split),
-            serial = ?best(&Way::Serial),
+            whole = ?best(Way::Whole),
+            split = ?best(Way::Split),
+            serial = ?best(Way::Serial),
             way = ?fastest,
             "cpu plan: batch way measured"
         );
@@ -125,11 +142,12 @@ impl Choice {
 /// measure on; server parts have as much or more), so re-reading them once per sample is cheap.
 const CACHED_WEIGHT_BYTES: usize = 32 << 20;
 
-/// Whether running the samples apart on `one` (the one-sample plan) pays: each sub-run reads every
-/// weight again, so splitting wins only where one sample's activations are what overflow the caches.
-/// When the weights are both larger than the last-level cache and larger than one sample's
-/// activations (an MLP with large dense layers), every sub-run would stream them from memory again —
-/// exactly the cost batching exists to amortise — and the batch runs whole.
+/// Whether running the samples apart on `one` (the one-sample plan) in parallel, one per thread,
+/// may pay: each sub-run reads every weight again, so splitting wins only where one sample's
+/// activations are what overflow the caches. When the weights are both larger than the last-level
+/// cache and larger than one sample's activations (an MLP with large dense layers, BERT-base), the
+/// threads' sub-runs would stream them from memory side by side, and only [`Way::NOT_SPLIT`] are
+/// tried: whole, or one sample at a time on every thread as single requests run.
 pub(crate) fn split_pays(one: &ConcreteGraph) -> bool {
     let weights: usize = one.constants.values().map(|t| t.data.len()).sum();
     let activations: usize = one

@@ -262,8 +262,9 @@ fn batches_split_only_when_the_weights_are_not_what_overflows_the_cache() {
             .is_some()
     );
 
-    // 36 MiB of weights against a few KiB of activations per sample: splitting would read the
-    // weights once per sample, so the batch runs whole — and computes the same as one sample at a time
+    // 36 MiB of weights against a few KiB of activations per sample: samples in parallel would each
+    // stream the weights, so the batch runs whole or one sample at a time on every thread (as single
+    // requests do), never split — and computes the same either way
     let (k, n) = (1024, 9216);
     let wide = model(
         vec![
@@ -277,16 +278,37 @@ fn batches_split_only_when_the_weights_are_not_what_overflows_the_cache() {
     let exec = executor(&wide, 4);
     let x = input(vec![3, k]);
     let plan = exec.inner.plan(std::slice::from_ref(&x)).unwrap();
-    assert!(plan.split.is_none(), "a weight-bound batch must run whole");
-    let whole = exec.run_blocking(vec![x.clone()]).unwrap()[0]
-        .to_vec::<f32>()
-        .unwrap();
+    let split = plan.split.as_ref().expect("the samples are independent");
     let rows = x.to_vec::<f32>().unwrap();
-    for (i, row) in rows.chunks(k).enumerate() {
-        let one = Tensor::from_vec(vec![1, k], row.to_vec()).unwrap();
-        let want = exec.run_blocking(vec![one]).unwrap()[0].to_vec::<f32>().unwrap();
-        assert_close(&whole[i * n..(i + 1) * n], &want, &format!("sample {i}"));
+    let alone: Vec<Vec<f32>> = rows
+        .chunks(k)
+        .map(|row| {
+            let one = Tensor::from_vec(vec![1, k], row.to_vec()).unwrap();
+            exec.run_blocking(vec![one]).unwrap()[0].to_vec::<f32>().unwrap()
+        })
+        .collect();
+    for run in 0..super::SETTLING_RUNS {
+        let way = split.choice.next();
+        assert_ne!(
+            way,
+            super::split::Way::Split,
+            "a weight-bound batch must not run split"
+        );
+        let got = exec.run_blocking(vec![x.clone()]).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap();
+        for (i, want) in alone.iter().enumerate() {
+            assert_close(
+                &got[i * n..(i + 1) * n],
+                want,
+                &format!("run {run} ({way:?}), sample {i}"),
+            );
+        }
     }
+    assert!(
+        split.choice.settled().is_some(),
+        "two runs each of whole and serial settle it"
+    );
 }
 
 /// `y = x + x`: a plan that only adds a few elements.

@@ -163,7 +163,7 @@ fn samples_come_apart_and_stack_back() {
 #[test]
 fn the_choice_takes_turns_until_every_way_ran_twice_then_keeps_the_fastest() {
     let ms = Duration::from_millis;
-    let c = Choice::default();
+    let c = Choice::new(&Way::ALL);
     let mut order = Vec::new();
     for (whole, split, serial) in [(ms(10), ms(6), ms(8)), (ms(9), ms(7), ms(8))] {
         for took in [whole, split, serial] {
@@ -182,7 +182,7 @@ fn the_choice_takes_turns_until_every_way_ran_twice_then_keeps_the_fastest() {
     assert_eq!(c.next(), Split);
 
     // the whole batch wins when it is fastest at its best
-    let c = Choice::default();
+    let c = Choice::new(&Way::ALL);
     for _ in 0..2 {
         c.record(Whole, ms(5));
         c.record(Split, ms(8));
@@ -192,12 +192,23 @@ fn the_choice_takes_turns_until_every_way_ran_twice_then_keeps_the_fastest() {
     assert_eq!(c.settled(), Some(Whole));
 
     // one sample at a time on every thread wins when the samples cost less as single requests
-    let c = Choice::default();
+    let c = Choice::new(&Way::ALL);
     for _ in 0..2 {
         c.record(Whole, ms(20));
         c.record(Split, ms(18));
         c.record(Serial, ms(17));
     }
+    assert_eq!(c.settled(), Some(Serial));
+
+    // without the split way, whole and serial take turns and settle after two each
+    let c = Choice::new(&Way::NOT_SPLIT);
+    let mut order = Vec::new();
+    for took in [ms(9), ms(7), ms(9), ms(8)] {
+        let way = c.next();
+        order.push(way);
+        c.record(way, took);
+    }
+    assert_eq!(order, [Whole, Serial, Whole, Serial]);
     assert_eq!(c.settled(), Some(Serial));
 }
 
