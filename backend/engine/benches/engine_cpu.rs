@@ -91,19 +91,33 @@ fn input_sets(dir: &Path, spec: &serde_json::Value, batch: usize, seed: u64) -> 
         .collect()
 }
 
-fn measure(session: &Session, sets: &[Vec<(String, Tensor)>], seconds: f64) -> Duration {
-    for k in 0..WARMUP_RUNS {
-        session.run_blocking(sets[k % sets.len()].clone()).unwrap();
+/// Input sets of one batch size, cycled through run by run.
+type Sets = Vec<Vec<(String, Tensor)>>;
+
+/// The mean time per run of each of `batches`, measured interleaved: one run of each batch size in
+/// turn, for `seconds` per batch size in all and at least 5 runs each. Interleaving run by run lets
+/// every batch size see the same load on a shared machine, so their per-sample times compare (a
+/// batch measured minutes after its single runs read up to 10 % apart from load alone).
+fn measure(session: &Session, batches: &[Sets], seconds: f64) -> Vec<Duration> {
+    for sets in batches {
+        for k in 0..WARMUP_RUNS {
+            session.run_blocking(sets[k % sets.len()].clone()).unwrap();
+        }
     }
+    let mut spent = vec![Duration::ZERO; batches.len()];
+    let mut runs = 0u32;
     let start = Instant::now();
-    let mut n = 0u32;
     loop {
-        session
-            .run_blocking(sets[n as usize % sets.len()].clone())
-            .unwrap();
-        n += 1;
-        if start.elapsed().as_secs_f64() >= seconds && n >= 5 {
-            return start.elapsed() / n;
+        for (sets, spent) in batches.iter().zip(&mut spent) {
+            let t = Instant::now();
+            session
+                .run_blocking(sets[runs as usize % sets.len()].clone())
+                .unwrap();
+            *spent += t.elapsed();
+        }
+        runs += 1;
+        if start.elapsed().as_secs_f64() >= seconds * batches.len() as f64 && runs >= 5 {
+            return spent.into_iter().map(|d| d / runs).collect();
         }
     }
 }
@@ -153,7 +167,7 @@ fn main() {
         )
         .unwrap();
         if let Some(flops) = spec["flops"].as_f64() {
-            let lat = measure(&session, &input_sets(&dir, spec, 1, 1), seconds).as_secs_f64();
+            let lat = measure(&session, &[input_sets(&dir, spec, 1, 1)], seconds)[0].as_secs_f64();
             println!(
                 "cpu  {name}  batch 1  latency_ms {:.3}  throughput {:.1}  gflops {:.2}",
                 lat * 1e3,
@@ -169,12 +183,17 @@ fn main() {
                 .iter()
                 .any(|d| d.as_i64() == Some(-1))
         });
-        for &b in batches.iter().filter(|&&b| batched || b == 1) {
-            let lat = measure(&session, &input_sets(&dir, spec, b, b as u64), seconds).as_secs_f64();
+        let sizes: Vec<usize> = batches.iter().copied().filter(|&b| batched || b == 1).collect();
+        let sets: Vec<Sets> = sizes
+            .iter()
+            .map(|&b| input_sets(&dir, spec, b, b as u64))
+            .collect();
+        for (b, lat) in sizes.iter().zip(measure(&session, &sets, seconds)) {
+            let lat = lat.as_secs_f64();
             println!(
                 "cpu  {name}  batch {b}  latency_ms {:.3}  throughput {:.1}",
                 lat * 1e3,
-                b as f64 / lat
+                *b as f64 / lat
             );
         }
     }
