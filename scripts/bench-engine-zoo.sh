@@ -3,8 +3,8 @@
 # zoo of real exported models (backend/engine/zoo/, made by scripts/ensure-zoo.sh), at batch 1 and 8 (the
 # detector, which takes one image, at batch 1, with a different image on each run).
 # The two sides alternate model by model, for INFERGATE_BENCH_ROUNDS rounds; each figure is its best round
-# (other load on a shared machine only ever adds time). Our batch sizes of a model are measured interleaved run
-# by run, so that their per-sample times compare within a round.
+# (other load on a shared machine only ever adds time). Our batch sizes of a model take turns in blocks of
+# runs (benches/engine_cpu.rs, `measure`), so that their per-sample times compare within a round.
 #   bench-engine-zoo.sh [RELEASE_BIN_DIR]   (the argument is accepted for scripts/bench.sh; unused)
 # Env: INFERGATE_BENCH_BATCHES (default 1,8), INFERGATE_BENCH_SECONDS (default 2),
 #      INFERGATE_BENCH_ROUNDS (default 2), INFERGATE_BENCH_ONLY (comma-separated zoo model names).
@@ -53,8 +53,8 @@ for k in sorted(cpu):
         print(f"{k[0]:24} {k[1]:>5} {a:>10.3f} {b:>10.3f} {a/b:>6.2f} {a/k[1]:>13.3f} {b/k[1]:>14.3f}")
 for b, r in sorted(ratios.items()):
     print(f"geometric mean ratio at batch {b}: {math.exp(sum(map(math.log, r)) / len(r)):.2f} over {len(r)} models, worst {max(r):.2f}")
-# Batching against single runs: the bench measures a model's batch sizes interleaved run by run, so each
-# round's pair saw the same load; a batch hurts when it cost more per sample in every round.
+# Batching against single runs: the bench measures a model's batch sizes in turns, so each round's pair saw
+# the same load; a batch hurts when it cost more per sample in every round.
 rounds = {}
 for line in open(sys.argv[1]):
     f = line.split()
@@ -64,7 +64,7 @@ per_sample = {}
 for (n, b), times in rounds.items():
     if b == 8 and (n, 1) in rounds:
         per_sample[n] = [t8 / 8 / t1 for t8, t1 in zip(times, rounds[(n, 1)])]
-print("per sample, batch 8 over batch 1, each round (measured interleaved): " +
+print("per sample, batch 8 over batch 1, each round (measured in turns): " +
       ", ".join(f"{n} {' / '.join(f'{r:.3f}' for r in rs)}" for n, rs in sorted(per_sample.items())))
 hurt = [n for n, rs in sorted(per_sample.items()) if rs and min(rs) > 1]
 print("batch 8 costs more per sample than batch 1 in every round on: " + (", ".join(hurt) if hurt else "none"))

@@ -94,32 +94,40 @@ fn input_sets(dir: &Path, spec: &serde_json::Value, batch: usize, seed: u64) -> 
 /// Input sets of one batch size, cycled through run by run.
 type Sets = Vec<Vec<(String, Tensor)>>;
 
-/// The mean time per run of each of `batches`, measured interleaved: one run of each batch size in
-/// turn, for `seconds` per batch size in all and at least 5 runs each. Interleaving run by run lets
-/// every batch size see the same load on a shared machine, so their per-sample times compare (a
-/// batch measured minutes after its single runs read up to 10 % apart from load alone).
+/// Blocks each batch size's time is measured in, taking turns with the other sizes.
+const BLOCKS: u32 = 2;
+
+/// The mean time per run of each of `batches` (input sets of one batch size each), measured in
+/// [`BLOCKS`] turns: each size in turn runs once untimed (its caches and buffers warm again after
+/// the other sizes' runs), then timed for `seconds / BLOCKS` and at least 3 runs. Taking turns
+/// lets the batch sizes of a model see the same load on a shared machine, so their per-sample
+/// times compare (a batch measured a minute after its single runs read up to 10 % apart from load
+/// alone); whole blocks rather than single runs keep each size's runs in the steady state that
+/// onnxruntime's side is measured in.
 fn measure(session: &Session, batches: &[Sets], seconds: f64) -> Vec<Duration> {
     for sets in batches {
         for k in 0..WARMUP_RUNS {
             session.run_blocking(sets[k % sets.len()].clone()).unwrap();
         }
     }
+    let block = seconds / f64::from(BLOCKS);
     let mut spent = vec![Duration::ZERO; batches.len()];
-    let mut runs = 0u32;
-    let start = Instant::now();
-    loop {
-        for (sets, spent) in batches.iter().zip(&mut spent) {
-            let t = Instant::now();
-            session
-                .run_blocking(sets[runs as usize % sets.len()].clone())
-                .unwrap();
-            *spent += t.elapsed();
-        }
-        runs += 1;
-        if start.elapsed().as_secs_f64() >= seconds * batches.len() as f64 && runs >= 5 {
-            return spent.into_iter().map(|d| d / runs).collect();
+    let mut runs = vec![0u32; batches.len()];
+    for _ in 0..BLOCKS {
+        for (i, sets) in batches.iter().enumerate() {
+            session.run_blocking(sets[0].clone()).unwrap();
+            let start = Instant::now();
+            let mut n = 0u32;
+            while n < 3 || start.elapsed().as_secs_f64() < block {
+                let k = (runs[i] + n) as usize % sets.len();
+                session.run_blocking(sets[k].clone()).unwrap();
+                n += 1;
+            }
+            spent[i] += start.elapsed();
+            runs[i] += n;
         }
     }
+    spent.iter().zip(&runs).map(|(d, &n)| *d / n).collect()
 }
 
 fn main() {
