@@ -57,11 +57,11 @@ impl Way {
 
 /// The choice between the candidate [`Way`]s for one plan, measured on its own first batches
 /// (real requests, so the trials cost nothing extra): they take turns until each has run
-/// [`TRIALS`] times, then the fastest best time wins for good. Which is fastest depends on the model and the
-/// machine (a transformer's batch-8 products beat eight single-threaded ones on two cores; a CNN's
-/// cache-sized samples win apart; a sample on both threads can beat both), and guessing it wrong
-/// made batching slower per sample than single requests. With [`Way::Serial`] among the
-/// candidates, a batch costs at most what its samples cost as single requests.
+/// [`TRIALS`] times, then the fastest best time wins for good. Which is fastest depends on the
+/// model and the machine (a transformer's batch-8 products beat eight single-threaded ones on two
+/// cores; a CNN's cache-sized samples win apart; a sample on both threads can beat both), and
+/// guessing it wrong made batching slower per sample than single requests. With [`Way::Serial`]
+/// among the candidates, a batch costs at most what its samples cost as single requests.
 #[derive(Debug)]
 pub(crate) struct Choice {
     /// The ways tried, in turn.
