@@ -36,14 +36,16 @@ echo "==> side by side (latency ms, best of $rounds round(s); ratio = infergate 
 "$py" - "$out/cpu.txt" "$out/ort.txt" <<'PY'
 import math, sys
 def load(p):
+    """Each (model, batch)'s latency in every round, in round order."""
     d = {}
     for line in open(p):
         f = line.split()
         if len(f) >= 6 and f[2] == "batch":
-            k = (f[1], int(f[3]))
-            d[k] = min(d.get(k, float("inf")), float(f[5]))
+            d.setdefault((f[1], int(f[3])), []).append(float(f[5]))
     return d
-cpu, ort = load(sys.argv[1]), load(sys.argv[2])
+rounds = load(sys.argv[1])
+cpu = {k: min(v) for k, v in rounds.items()}
+ort = {k: min(v) for k, v in load(sys.argv[2]).items()}
 print(f"{'model':24} {'batch':>5} {'infergate':>10} {'ort':>10} {'ratio':>6} {'ms/sample ig':>13} {'ms/sample ort':>14}")
 ratios = {}
 for k in sorted(cpu):
@@ -55,11 +57,6 @@ for b, r in sorted(ratios.items()):
     print(f"geometric mean ratio at batch {b}: {math.exp(sum(map(math.log, r)) / len(r)):.2f} over {len(r)} models, worst {max(r):.2f}")
 # Batching against single runs: the bench measures a model's batch sizes in turns, so each round's pair saw
 # the same load; a batch hurts when it cost more per sample in every round.
-rounds = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    if len(f) >= 6 and f[2] == "batch":
-        rounds.setdefault((f[1], int(f[3])), []).append(float(f[5]))
 per_sample = {}
 for (n, b), times in rounds.items():
     if b == 8 and (n, 1) in rounds:
