@@ -66,6 +66,8 @@ pub struct NodeTiming {
     pub name: String,
     /// The IR operator (`Conv`, `MatMul`, ...).
     pub op: &'static str,
+    /// The name of the node's first output (a fused node's: its last node's output).
+    pub output_name: String,
     /// The shape of the node's first output.
     pub output_shape: Vec<usize>,
     /// Wall time of the node's kernel (zero for a Reshape that moves its input's buffer).
@@ -368,6 +370,10 @@ impl CpuExecutor {
                 .map(|(n, time)| NodeTiming {
                     name: n.name.clone(),
                     op: n.op.name(),
+                    output_name: n
+                        .output(0)
+                        .map(|o| g.values[o.0].name.clone())
+                        .unwrap_or_default(),
                     output_shape: n
                         .output(0)
                         .map(|o| g.values[o.0].shape.clone())
