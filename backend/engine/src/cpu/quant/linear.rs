@@ -146,10 +146,15 @@ pub(crate) fn ints(b: &Buf, what: &str) -> Result<Vec<i32>> {
 /// `round_ties_even` (a libm call on the baseline target) nor the saturating `as i32` (a branch
 /// per value) keeps the loop in vector lanes. NaN gives 0, as onnxruntime's conversion does.
 #[inline(always)]
-pub(crate) fn quantize_one(x: f32, scale: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
+pub(crate) fn quantize_one(x: f32, scale: f32, zero_point: i32, range: (i32, i32)) -> i32 {
+    round_saturate(x / scale, zero_point, range)
+}
+
+/// saturate(round_half_even(v) + zero_point): [`quantize_one`] of the quotient `v = x / scale`.
+#[inline(always)]
+pub(super) fn round_saturate(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
     const SHIFT: f32 = 12_582_912.0; // 1.5 · 2²³: the sum's unit in the last place is 1
     let (lo, hi) = ((lo - zero_point) as f32, (hi - zero_point) as f32);
-    let v = x / scale;
     let v = if v < lo {
         lo
     } else if v > hi {
@@ -163,6 +168,31 @@ pub(crate) fn quantize_one(x: f32, scale: f32, zero_point: i32, (lo, hi): (i32, 
     ((v + SHIFT).to_bits() as i32 - SHIFT.to_bits() as i32) + zero_point
 }
 
+/// `1 / scale`, when [`quotient`] can divide by `scale` with it: a scale of magnitude 2⁻⁶⁴ to 2⁶⁴
+/// (every scale a quantizer picks; others take the division).
+#[inline]
+pub(super) fn reciprocal(scale: f32) -> Option<f32> {
+    const LIMIT: f32 = 18_446_744_073_709_551_616.0; // 2⁶⁴
+    (scale.abs() >= 1.0 / LIMIT && scale.abs() <= LIMIT).then(|| 1.0 / scale)
+}
+
+/// `x / scale`, correctly rounded as the division is, from `inv` = [`reciprocal`]`(scale)`:
+/// `q = x · inv` is within an ulp of the quotient, the residual `x − q · scale` is exact in one
+/// fused multiply-add, and `q + residual · inv` rounds to the correctly rounded quotient
+/// (Markstein's theorem; `inv` is the correctly rounded reciprocal). That holds while the residual is
+/// a normal number, i.e. for |x| ≥ 2⁻¹⁰⁰; below, the quotient may be an ulp off, but by the scale's
+/// bounds in [`reciprocal`] it is then below 2⁻³⁶, far from any code but zero. A vector division issues once
+/// every 10–16 cycles, a multiply and two fused multiply-adds at two a cycle: QuantizeLinear's
+/// and the QDQ pair's loops were bound by the division. Infinite x keeps its infinite product
+/// (the residual would be NaN); NaN stays NaN. Callers compiled without FMA divide.
+#[inline(always)]
+pub(super) fn quotient(x: f32, scale: f32, inv: f32) -> f32 {
+    let q = x * inv;
+    let r = (-q).mul_add(scale, x);
+    let q1 = r.mul_add(inv, q);
+    if q.is_infinite() { q } else { q1 }
+}
+
 simd::multiversion! {
     /// `y[i] = quantize_one(x[i], scale, zero_point, range)`, in vector lanes.
     pub(crate) fn quantize_run(x: &[f32], y: &mut [i32], scale: f32, zero_point: i32, range: (i32, i32)) = quantize_lanes;
@@ -170,8 +200,17 @@ simd::multiversion! {
 
 #[inline(always)]
 fn quantize_lanes<const FMA: bool>(x: &[f32], y: &mut [i32], scale: f32, zero_point: i32, range: (i32, i32)) {
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o = quantize_one(v, scale, zero_point, range);
+    match reciprocal(scale) {
+        Some(inv) if FMA => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = round_saturate(quotient(v, scale, inv), zero_point, range);
+            }
+        }
+        _ => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = quantize_one(v, scale, zero_point, range);
+            }
+        }
     }
 }
 
@@ -326,8 +365,17 @@ fn quantize_bytes_lanes<const FMA: bool>(
     zero_point: i32,
     range: (i32, i32),
 ) {
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o = quantize_one(v, scale, zero_point, range) as u8;
+    match reciprocal(scale) {
+        Some(inv) if FMA => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = round_saturate(quotient(v, scale, inv), zero_point, range) as u8;
+            }
+        }
+        _ => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = quantize_one(v, scale, zero_point, range) as u8;
+            }
+        }
     }
 }
 
@@ -492,8 +540,17 @@ fn quantize_dequantize_lanes<const FMA: bool>(
     zero_point: i32,
     range: (i32, i32),
 ) {
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o = (quantize_one(v, scale, zero_point, range) - zero_point) as f32 * scale;
+    match reciprocal(scale) {
+        Some(inv) if FMA => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = (round_saturate(quotient(v, scale, inv), zero_point, range) - zero_point) as f32 * scale;
+            }
+        }
+        _ => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = (quantize_one(v, scale, zero_point, range) - zero_point) as f32 * scale;
+            }
+        }
     }
 }
 

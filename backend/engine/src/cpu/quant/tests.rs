@@ -4,7 +4,8 @@ use super::igemm::{ConvGeom, Taps, conv_i32, igemm};
 use super::linear::{
     Layout, dequantize, dequantize_8bit, dequantize_i8_run, dequantize_run, dequantize_u8_run,
     dynamic_quantize, int_buf, quantize, quantize_8bit, quantize_bytes_run, quantize_dequantize,
-    quantize_dequantize_run, quantize_run, range_with_zero_run,
+    quantize_dequantize_run, quantize_one, quantize_run, quotient, range_with_zero_run, reciprocal,
+    round_saturate,
 };
 use crate::cpu::Buf;
 use crate::cpu::simd::all_available;
@@ -382,4 +383,93 @@ fn plane_im2col_rows_match_the_nd_table() {
             );
         }
     }
+}
+
+/// Values for the quotient tests: multiples of `scale` within 2 ulps of a half-integer multiple
+/// (where the rounding to a code is decided), and any bit pattern (NaN, infinities, subnormals, huge).
+fn values_around_ties(scale: f32, n: usize, state: &mut u64) -> Vec<f32> {
+    let mut next = || {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    };
+    (0..n)
+        .map(|_| {
+            let r = next();
+            if r % 3 == 0 {
+                f32::from_bits((r >> 16) as u32)
+            } else {
+                let tie = ((r >> 8) % 700) as f32 - 350.0 + 0.5;
+                let x = tie * scale;
+                f32::from_bits(x.to_bits().wrapping_add(((r >> 40) % 5) as u32).wrapping_sub(2))
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn quantizing_without_a_division_gives_the_codes_of_the_division() {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    // typical scales, ones with an all-ones significand (the hardest reciprocals), and random
+    // normal scales from 2⁻²⁰ to 2¹⁰
+    let mut scales = vec![
+        1.0 / 255.0,
+        0.007_812_5,
+        0.02,
+        0.1,
+        3.0,
+        f32::from_bits(0x3f7f_ffff),
+        f32::from_bits(0x3c7f_ffff),
+        f32::from_bits(0x3bff_ffff),
+        f32::from_bits(0x3b80_0001),
+    ];
+    for i in 0..40u32 {
+        let bits = ((107 + i % 30) << 23) | (i.wrapping_mul(0x9E37_79B9) & 0x7f_ffff);
+        scales.push(f32::from_bits(bits));
+    }
+    for &s in &scales {
+        let inv = reciprocal(s).expect("a normal scale has a usable reciprocal");
+        let x = values_around_ties(s, 60_000, &mut state);
+        for &v in &x {
+            let (want, got) = (v / s, quotient(v, s, inv));
+            // bit for bit wherever the residual is a normal number; codes equal everywhere
+            if want.is_normal() && v.abs() >= 2f32.powi(-100) {
+                assert_eq!(want.to_bits(), got.to_bits(), "{v:e} / {s:e}");
+            }
+            for (zp, range) in [(0, (-128, 127)), (128, (0, 255))] {
+                assert_eq!(
+                    quantize_one(v, s, zp, range),
+                    round_saturate(got, zp, range),
+                    "{v:e} / {s:e}"
+                );
+            }
+        }
+        // the kernels, on every instruction set, against the division one value at a time
+        for isa in all_available() {
+            let (zp, range) = (3, (-128, 127));
+            let want: Vec<i32> = x.iter().map(|&v| quantize_one(v, s, zp, range)).collect();
+            let mut codes = vec![0; x.len()];
+            quantize_run(isa, &x, &mut codes, s, zp, range);
+            assert_eq!(codes, want, "{isa:?}, scale {s:e}");
+            let mut bytes = vec![0u8; x.len()];
+            quantize_bytes_run(isa, &x, &mut bytes, s, zp, range);
+            assert!(
+                bytes.iter().zip(&want).all(|(&b, &w)| b == w as u8),
+                "{isa:?}, scale {s:e}"
+            );
+            let mut back = vec![0f32; x.len()];
+            quantize_dequantize_run(isa, &x, &mut back, s, zp, range);
+            assert!(
+                back.iter()
+                    .zip(&want)
+                    .all(|(&b, &w)| b.to_bits() == ((w - zp) as f32 * s).to_bits()),
+                "{isa:?}, scale {s:e}"
+            );
+        }
+    }
+    // a tiny or huge scale has no usable reciprocal: those divide
+    assert_eq!(reciprocal(1e-40), None);
+    assert_eq!(reciprocal(1e-20), None);
+    assert_eq!(reciprocal(3e38), None);
 }
