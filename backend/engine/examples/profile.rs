@@ -9,8 +9,9 @@
 //! the time per operator type, and the K slowest nodes of ours with onnxruntime's time for the node of the same
 //! name (onnxruntime keeps a fused node's first name; so do we), or, for a node onnxruntime moved to its
 //! blocked NCHWc layout and named after its output (`<output>_nchwc`), the node of ours with that output.
-//! `RUST_LOG=infergate_engine=debug` also prints the plan's choices (a batch run whole, split or serial, and the times that decided it). Needs the project
-//! venv's onnxruntime (`INFERGATE_PYTHON`, default `~/.cache/infergate/venv/bin/python`) unless `--no-ort`.
+//! `RUST_LOG=infergate_engine=debug` also prints the plan's choices (a batch run whole, split or serial,
+//! and the times that decided it). Needs the project venv's onnxruntime (`INFERGATE_PYTHON`, default
+//! `~/.cache/infergate/venv/bin/python`) unless `--no-ort`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 

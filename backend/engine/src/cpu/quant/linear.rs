@@ -200,15 +200,29 @@ simd::multiversion! {
 
 #[inline(always)]
 fn quantize_lanes<const FMA: bool>(x: &[f32], y: &mut [i32], scale: f32, zero_point: i32, range: (i32, i32)) {
+    codes_into::<FMA, _>(x, y, scale, zero_point, range, |q| q);
+}
+
+/// `y[i] = out(quantize_one(x[i], scale, zero_point, range))`, the quotient by [`quotient`] where the
+/// caller was compiled with FMA and the scale allows it; the loop of each per-tensor quantize kernel.
+#[inline(always)]
+fn codes_into<const FMA: bool, T>(
+    x: &[f32],
+    y: &mut [T],
+    scale: f32,
+    zero_point: i32,
+    range: (i32, i32),
+    out: impl Fn(i32) -> T,
+) {
     match reciprocal(scale) {
         Some(inv) if FMA => {
             for (o, &v) in y.iter_mut().zip(x) {
-                *o = round_saturate(quotient(v, scale, inv), zero_point, range);
+                *o = out(round_saturate(quotient(v, scale, inv), zero_point, range));
             }
         }
         _ => {
             for (o, &v) in y.iter_mut().zip(x) {
-                *o = quantize_one(v, scale, zero_point, range);
+                *o = out(quantize_one(v, scale, zero_point, range));
             }
         }
     }
@@ -365,18 +379,7 @@ fn quantize_bytes_lanes<const FMA: bool>(
     zero_point: i32,
     range: (i32, i32),
 ) {
-    match reciprocal(scale) {
-        Some(inv) if FMA => {
-            for (o, &v) in y.iter_mut().zip(x) {
-                *o = round_saturate(quotient(v, scale, inv), zero_point, range) as u8;
-            }
-        }
-        _ => {
-            for (o, &v) in y.iter_mut().zip(x) {
-                *o = quantize_one(v, scale, zero_point, range) as u8;
-            }
-        }
-    }
+    codes_into::<FMA, _>(x, y, scale, zero_point, range, |q| q as u8);
 }
 
 /// DequantizeLinear of UINT8 or INT8 codes, read as they are (no i32 copy of the input first);
@@ -540,18 +543,9 @@ fn quantize_dequantize_lanes<const FMA: bool>(
     zero_point: i32,
     range: (i32, i32),
 ) {
-    match reciprocal(scale) {
-        Some(inv) if FMA => {
-            for (o, &v) in y.iter_mut().zip(x) {
-                *o = (round_saturate(quotient(v, scale, inv), zero_point, range) - zero_point) as f32 * scale;
-            }
-        }
-        _ => {
-            for (o, &v) in y.iter_mut().zip(x) {
-                *o = (quantize_one(v, scale, zero_point, range) - zero_point) as f32 * scale;
-            }
-        }
-    }
+    codes_into::<FMA, _>(x, y, scale, zero_point, range, |q| {
+        (q - zero_point) as f32 * scale
+    });
 }
 
 /// DynamicQuantizeLinear: UINT8 values, the scale and the zero point for `x`.
