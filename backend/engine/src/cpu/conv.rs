@@ -1,6 +1,7 @@
-//! Convolution: GEMM over the im2col matrix (for 2-D read block by block from padded input planes,
-//! never built), direct GEMM for 1×1 convolutions, the direct depthwise kernel; ConvTranspose via
-//! col2im.
+//! Convolution: with AVX-512, the direct kernel over blocks of 16 channels where the channel counts
+//! allow ([`blocked`]); else GEMM over the im2col matrix (for 2-D read block by block from padded
+//! input planes, never built), direct GEMM for 1×1 convolutions; the direct depthwise kernel;
+//! ConvTranspose via col2im.
 
 use rayon::prelude::*;
 
@@ -16,8 +17,10 @@ use crate::cpu::simd::{Isa, multiversion};
 use crate::error::Result;
 use crate::ir::Op;
 
+mod blocked;
 mod by_positions;
 
+use blocked::{BlockedFilters, conv_blocked};
 use by_positions::{conv_by_positions, pack_filters_by_positions};
 
 /// Geometry of an N-d convolution.
@@ -317,6 +320,34 @@ multiversion! {
     fn dot_rows(w: &[f32], x: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) = dot_rows_body;
 }
 
+/// How a Conv's filters are laid out for the kernel that runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum FilterLayout {
+    /// per group, as the A operand of the im2col product
+    Channels,
+    /// as the B operand of the transposed product
+    Positions,
+    /// a depthwise convolution's, channels in lanes
+    Lanes,
+    /// blocks of 16 input × 16 output channels per tap
+    Blocked,
+}
+
+impl ConvGeom<'_> {
+    /// The layout of the filters of this convolution run with `isa`'s kernels.
+    pub(crate) fn filter_layout(&self, isa: Isa) -> FilterLayout {
+        if self.is_depthwise() {
+            FilterLayout::Lanes
+        } else if self.blocked(isa) {
+            FilterLayout::Blocked
+        } else if self.by_positions() {
+            FilterLayout::Positions
+        } else {
+            FilterLayout::Channels
+        }
+    }
+}
+
 /// A Conv's filters packed for its product once, when its plan is built.
 pub(crate) enum PackedFilters {
     /// per group, as the A operand: output channels are the product's rows ([`pack_weights`])
@@ -325,17 +356,20 @@ pub(crate) enum PackedFilters {
     Positions(PackedB),
     /// a depthwise convolution's filters with channels in lanes ([`filter_lanes`])
     Lanes(Vec<f32>),
+    /// for the direct kernel over blocks of channels ([`ConvGeom::blocked`])
+    Blocked(BlockedFilters),
 }
 
-/// The filters `w` ([M, C/group, k…]) of the convolution `g` packed for the product it runs.
+/// The filters `w` ([M, C/group, k…]) of the convolution `g` packed for the kernel it runs.
 pub(crate) fn pack_filters(w: &[f32], g: &ConvGeom<'_>, isa: Isa) -> Result<PackedFilters> {
-    Ok(if g.is_depthwise() {
-        let klen: usize = g.kernel.iter().product();
-        PackedFilters::Lanes(filter_lanes(w, g.c, klen))
-    } else if g.by_positions() {
-        PackedFilters::Positions(pack_filters_by_positions(w, g.m, isa)?)
-    } else {
-        PackedFilters::Channels(pack_weights(w, g.m, g.group, isa)?)
+    Ok(match g.filter_layout(isa) {
+        FilterLayout::Lanes => {
+            let klen: usize = g.kernel.iter().product();
+            PackedFilters::Lanes(filter_lanes(w, g.c, klen))
+        }
+        FilterLayout::Blocked => PackedFilters::Blocked(BlockedFilters::pack(w, g)),
+        FilterLayout::Positions => PackedFilters::Positions(pack_filters_by_positions(w, g.m, isa)?),
+        FilterLayout::Channels => PackedFilters::Channels(pack_weights(w, g.m, g.group, isa)?),
     })
 }
 
@@ -385,6 +419,20 @@ fn conv_isa(
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.kernel.iter().product();
+    if g.blocked(isa) {
+        let owned;
+        let filters = match packed {
+            Some(PackedFilters::Blocked(f)) if f.fits(g) => f,
+            _ => {
+                owned = BlockedFilters::pack(w, g);
+                &owned
+            }
+        };
+        // every element is written by the kernel's tasks
+        let mut out = arena::take(g.n * g.m * out_len);
+        conv_blocked(x, filters, bias, g, epi, &mut out);
+        return Ok(out);
+    }
     if g.strided_pointwise() {
         // One input position per output: the input on the output grid, then a pointwise product.
         // Through im2col, every phase of every input plane would be copied first.

@@ -163,7 +163,7 @@ fn prepare(
             };
             let packing = Packing::ConvWeights {
                 group: *group,
-                by_positions: geom.by_positions(),
+                layout: geom.filter_layout(isa),
                 isa,
             };
             Some(weights.packed(t, packing, || {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cpu::buf::Buf;
-use crate::cpu::conv::PackedFilters;
+use crate::cpu::conv::{FilterLayout, PackedFilters};
 use crate::cpu::mm::PackedB;
 use crate::cpu::quant::qconv::PackedFilters as QPackedFilters;
 use crate::cpu::quant::qgemm::{PackedRight, QKernel};
@@ -47,8 +47,8 @@ pub(crate) enum Packing {
     ConvWeights {
         /// the Conv's `group`
         group: usize,
-        /// whether they are packed for the transposed product (few output positions)
-        by_positions: bool,
+        /// the kernel they are laid out for
+        layout: FilterLayout,
         /// the instruction set the panels are laid out for
         isa: Isa,
     },

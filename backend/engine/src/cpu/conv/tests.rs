@@ -250,6 +250,94 @@ fn convolutions_match_a_direct_loop_on_every_instruction_set() {
     }
 }
 
+/// True when the 2-D case `cs` runs the blocked kernel with `isa`.
+fn runs_blocked(isa: Isa, cs: &Case) -> bool {
+    let [oh, ow] = cs.out();
+    let (in_sp, out_sp) = ([cs.h, cs.w], [oh, ow]);
+    let g = ConvGeom {
+        n: cs.n,
+        c: cs.c,
+        m: cs.m,
+        group: cs.group,
+        in_sp: &in_sp,
+        out_sp: &out_sp,
+        kernel: &cs.k,
+        strides: &cs.s,
+        pads: &cs.p,
+        dilations: &cs.d,
+    };
+    g.blocked(isa)
+}
+
+#[test]
+fn blocked_convolutions_match_a_direct_loop() {
+    let cases = [
+        // a row of 21 positions (calls of 6, 5, 5, 5; 16 + 5 columns per copy between layouts)
+        case(1, 16, 9, 21, 16, 3, 1, 1, 1, 1),
+        // stride 2, three output blocks, two images
+        case(2, 32, 12, 12, 48, 3, 2, 1, 1, 1),
+        // five output blocks: a call of 4, then one of 1
+        case(1, 48, 7, 7, 80, 3, 1, 1, 1, 1),
+        // a 5×5 kernel over rows of 17
+        case(1, 16, 17, 17, 64, 5, 1, 2, 1, 1),
+        // uneven padding, a 3×2 kernel, a stride on one axis
+        Case {
+            p: [0, 1, 2, 0],
+            s: [1, 2],
+            k: [3, 2],
+            ..case(1, 16, 8, 9, 32, 3, 1, 0, 1, 1)
+        },
+        // one output column; the padding at the end shorter than the stride
+        Case {
+            k: [3, 1],
+            p: [1, 0, 1, 0],
+            ..case(1, 16, 9, 1, 16, 3, 1, 1, 1, 1)
+        },
+        Case {
+            p: [1, 1, 0, 0],
+            ..case(1, 32, 8, 8, 32, 3, 2, 0, 1, 1)
+        },
+    ];
+    if !all_available().contains(&Isa::Avx512) {
+        return;
+    }
+    for cs in &cases {
+        assert!(
+            runs_blocked(Isa::Avx512, cs),
+            "{cs:?} should run the blocked kernel"
+        );
+        run(Isa::Avx512, cs, false, false);
+        run(Isa::Avx512, cs, false, true);
+    }
+    // a 1-D convolution (an audio front end), as a single row
+    let one_d = Case {
+        p: [0, 1, 0, 1],
+        ..case(2, 32, 1, 40, 48, 3, 2, 1, 1, 1)
+    };
+    let row = Case {
+        k: [1, 3],
+        s: [1, 2],
+        d: [1, 1],
+        ..one_d
+    };
+    assert!(runs_blocked(Isa::Avx512, &row));
+    run(Isa::Avx512, &row, true, false);
+    // a 1×1 convolution keeps the product over NCHW planes; groups and dilations are not blocked
+    assert!(!runs_blocked(
+        Isa::Avx512,
+        &case(1, 64, 14, 14, 64, 1, 1, 0, 1, 1)
+    ));
+    assert!(!runs_blocked(
+        Isa::Avx512,
+        &case(1, 32, 14, 14, 32, 3, 1, 1, 1, 2)
+    ));
+    assert!(!runs_blocked(
+        Isa::Avx512,
+        &case(1, 32, 14, 14, 32, 3, 1, 2, 2, 1)
+    ));
+    assert!(!runs_blocked(Isa::Avx2, &case(1, 32, 14, 14, 32, 3, 1, 1, 1, 1)));
+}
+
 /// `f(three)`, `three` being the 2-D geometry `two` with a leading spatial axis of 1: the same
 /// convolution, computed by the N-d paths.
 fn with_leading_axis<R>(two: &ConvGeom<'_>, f: impl FnOnce(&ConvGeom<'_>) -> R) -> R {
