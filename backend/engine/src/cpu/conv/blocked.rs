@@ -186,56 +186,82 @@ pub(crate) fn conv_blocked(
 ) {
     let s = Shape::of(g);
     let plane = s.ph * s.pw * LANES;
-    // every value is written below, the padding included
-    let mut xb = arena::take(s.n * s.cb * plane);
     let in_len = s.h * s.w;
-    xb.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
-        let (ni, b) = (i / s.cb, i % s.cb);
-        let src = &x[(ni * s.cb + b) * LANES * in_len..][..LANES * in_len];
-        interleave(&s, src, dst);
-    });
     let groups = s.m.div_ceil(MAX_BLOCKS * LANES);
-    let tasks = s.n * groups * s.oh;
     let op = OutPtr(out.as_mut_ptr());
     let out_len = s.oh * s.ow;
-    let run = |t: usize| {
-        let (ni, rest) = (t / (groups * s.oh), t % (groups * s.oh));
-        let (grp, oy) = (rest / s.oh, rest % s.oh);
-        let m0 = grp * MAX_BLOCKS * LANES;
-        let blocks = ((s.m - m0) / LANES).min(MAX_BLOCKS);
-        // the row's accumulators: [block][ox][16]
-        let mut acc = arena::take(blocks * s.ow * LANES);
-        for b in 0..s.cb {
-            let xrow = &xb[(ni * s.cb + b) * plane + oy * s.sh * s.pw * LANES..];
-            let first_tap = ((m0 / LANES) * s.cb + b) * s.kh * s.kw * LANES * LANES;
-            let init = if b > 0 {
-                Init::Load
-            } else {
-                bias.map_or(Init::Zero, |v| Init::Bias(&v[m0..m0 + blocks * LANES]))
-            };
-            row(&s, blocks, xrow, &filters.data[first_tap..], init, &mut acc);
-        }
-        // SAFETY: rows m0..m0 + 16·blocks of image ni, columns oy·ow..(oy + 1)·ow, lie inside `out`
-        // (N×M×out_len values, asserted below) and belong to this task alone.
-        let first = |j: usize| op.at((ni * s.m + m0 + j) * out_len + oy * s.ow);
-        for blk in 0..blocks {
-            let src = &acc[blk * s.ow * LANES..][..s.ow * LANES];
-            unsafe { deinterleave(src, s.ow, first(blk * LANES), out_len) };
-        }
-        if !epi.is_empty() {
-            let mut rows: Vec<&mut [f32]> = (0..blocks * LANES)
-                .map(|j| unsafe { std::slice::from_raw_parts_mut(first(j), s.ow) })
-                .collect();
-            epi.apply_rows_at(ni * s.m + m0, oy * s.ow, &mut rows);
-        }
-        arena::give(acc);
-    };
     assert!(
-        out.len() >= s.n * s.m * out_len,
-        "blocked convolution: output too short"
+        x.len() >= s.n * s.cb * LANES * in_len && out.len() >= s.n * s.m * out_len,
+        "blocked convolution: input or output too short"
     );
-    (0..tasks).into_par_iter().for_each(run);
+    // One image at a time: its interleaved copy is still in the cache when its tasks read it (a
+    // batch's copies made first outgrew L2 and were read back from memory).
+    // Every value of the copy is written by `interleave`, the padding included.
+    let mut xb = arena::take(s.cb * plane);
+    for ni in 0..s.n {
+        let image = &x[ni * s.cb * LANES * in_len..][..s.cb * LANES * in_len];
+        xb.par_chunks_mut(plane)
+            .zip(image.par_chunks(LANES * in_len))
+            .for_each(|(dst, src)| interleave(&s, src, dst));
+        (0..groups * s.oh)
+            .into_par_iter()
+            // SAFETY: `out` holds N×M×out_len values (asserted), is borrowed mutably for the
+            // whole call, and each task writes only its own rows and columns.
+            .for_each(|t| unsafe { output_row(&s, &xb, filters, bias, epi, op, ni, t) });
+    }
     arena::give(xb);
+}
+
+/// Task `t` of image `ni`: output row `t % oh` of the `t / oh`-th group of up to 64 output
+/// channels, from the image's interleaved copy `xb`, written into the NCHW output at `op`.
+///
+/// # Safety
+/// `op` is the start of an output of N×M×out_len values that nothing else reads or writes but
+/// the tasks of this convolution, each with its own `(ni, t)`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn output_row(
+    s: &Shape,
+    xb: &[f32],
+    filters: &BlockedFilters,
+    bias: Option<&[f32]>,
+    epi: &Epi<'_>,
+    op: OutPtr,
+    ni: usize,
+    t: usize,
+) {
+    let plane = s.ph * s.pw * LANES;
+    let out_len = s.oh * s.ow;
+    let (grp, oy) = (t / s.oh, t % s.oh);
+    let m0 = grp * MAX_BLOCKS * LANES;
+    let blocks = ((s.m - m0) / LANES).min(MAX_BLOCKS);
+    // the row's accumulators: [block][ox][16]
+    let mut acc = arena::take(blocks * s.ow * LANES);
+    for b in 0..s.cb {
+        let xrow = &xb[b * plane + oy * s.sh * s.pw * LANES..];
+        let first_tap = ((m0 / LANES) * s.cb + b) * s.kh * s.kw * LANES * LANES;
+        let init = if b > 0 {
+            Init::Load
+        } else {
+            bias.map_or(Init::Zero, |v| Init::Bias(&v[m0..m0 + blocks * LANES]))
+        };
+        row(s, blocks, xrow, &filters.data[first_tap..], init, &mut acc);
+    }
+    // rows m0..m0 + 16·blocks of image ni, columns oy·ow..(oy + 1)·ow: inside the output and
+    // this task's alone (the caller's guarantee)
+    let first = |j: usize| op.at((ni * s.m + m0 + j) * out_len + oy * s.ow);
+    for blk in 0..blocks {
+        let src = &acc[blk * s.ow * LANES..][..s.ow * LANES];
+        // SAFETY: the 16 rows of this block, as above.
+        unsafe { deinterleave(src, s.ow, first(blk * LANES), out_len) };
+    }
+    if !epi.is_empty() {
+        let mut rows: Vec<&mut [f32]> = (0..blocks * LANES)
+            // SAFETY: as above; each row is borrowed once.
+            .map(|j| unsafe { std::slice::from_raw_parts_mut(first(j), s.ow) })
+            .collect();
+        epi.apply_rows_at(ni * s.m + m0, oy * s.ow, &mut rows);
+    }
+    arena::give(acc);
 }
 
 /// `src` (16 channel planes of h × w) into `dst`, one padded plane of 16 interleaved channels.
