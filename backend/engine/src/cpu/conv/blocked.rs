@@ -1,12 +1,14 @@
 //! Direct convolution over blocks of 16 channels (NCHW16c), AVX-512.
 //!
-//! The input is copied once into padded planes with 16 channels interleaved (`[N][C/16][H'][W'][16]`),
-//! the filters are packed at plan time as `[M/16][C/16][KH][KW][16 in][16 out]`, and each kernel
-//! call keeps a tile of up to 4 × 16 output channels × 6 output positions of one output row in
-//! registers while it runs over one block of 16 input channels and every tap of the kernel: one
-//! broadcast input value feeds 4 multiply-adds, one filter vector 6. A task owns one output row of
-//! up to 64 channels, accumulates it block of input channels after block in a buffer that stays in
-//! L1, then writes it into the NCHW output and applies the tail there.
+//! Each image is copied into padded planes with 16 channels interleaved (`[C/16][H'][W'][16]`), the
+//! filters are packed at plan time as `[M/16][C/16][KH][KW][16 in][16 out]`, and each kernel call
+//! keeps a tile of up to 4 × 16 output channels × 6 output positions in registers while it runs
+//! over one block of 16 input channels and every tap of the kernel: one broadcast input value feeds
+//! 4 multiply-adds, one filter vector 6. The positions of a call are consecutive in the flattened
+//! output plane and may lie on two rows (each has its own offset into the input), so a 7-wide row
+//! does not leave a call with 1 to 3 positions. A task owns a span of up to 48 positions of up to
+//! 64 channels, accumulates it block of input channels after block in a buffer that stays in L1,
+//! then writes it into the NCHW output and applies the tail there.
 //!
 //! The im2col product reads each input value once per tap from a packed copy that every task makes
 //! for itself; here the taps are read in place, so the two cores share far less memory traffic
@@ -26,6 +28,9 @@ use crate::cpu::simd::Isa;
 const LANES: usize = 16;
 /// Blocks of output channels per kernel call.
 const MAX_BLOCKS: usize = 4;
+/// Output positions per task at most: its accumulators (4 blocks × 48 positions, 12 KiB) stay in
+/// L1 beside a block's filters and input rows while the task runs over the input blocks.
+const MAX_SPAN: usize = 48;
 /// Output positions per kernel call: 4 × 6 accumulators, 4 filter vectors and a broadcast fill 29
 /// of the 32 registers.
 const MAX_POSITIONS: usize = 6;
@@ -194,6 +199,15 @@ pub(crate) fn conv_blocked(
         x.len() >= s.n * s.cb * LANES * in_len && out.len() >= s.n * s.m * out_len,
         "blocked convolution: input or output too short"
     );
+    // Each task runs a span of the plane's output positions (row after row, a span may hold the
+    // end of one and the start of the next) for one group of output channels: spans of at most
+    // MAX_SPAN positions, and enough of them to keep every thread busy.
+    let threads = rayon::current_num_threads();
+    let spans = out_len
+        .div_ceil(MAX_SPAN)
+        .max((4 * threads).div_ceil(groups))
+        .min(out_len.div_ceil(MAX_POSITIONS))
+        .max(1);
     // One image at a time: its interleaved copy is still in the cache when its tasks read it (a
     // batch's copies made first outgrew L2 and were read back from memory).
     // Every value of the copy is written by `interleave`, the padding included.
@@ -203,23 +217,26 @@ pub(crate) fn conv_blocked(
         xb.par_chunks_mut(plane)
             .zip(image.par_chunks(LANES * in_len))
             .for_each(|(dst, src)| interleave(&s, src, dst));
-        (0..groups * s.oh)
-            .into_par_iter()
+        (0..groups * spans).into_par_iter().for_each(|t| {
+            let (grp, i) = (t / spans, t % spans);
+            let positions = out_len * i / spans..out_len * (i + 1) / spans;
             // SAFETY: `out` holds N×M×out_len values (asserted), is borrowed mutably for the
-            // whole call, and each task writes only its own rows and columns.
-            .for_each(|t| unsafe { output_row(&s, &xb, filters, bias, epi, op, ni, t) });
+            // whole call, and each task writes only its own channels and positions.
+            unsafe { output_span(&s, &xb, filters, bias, epi, op, ni, grp, positions) }
+        });
     }
     arena::give(xb);
 }
 
-/// Task `t` of image `ni`: output row `t % oh` of the `t / oh`-th group of up to 64 output
-/// channels, from the image's interleaved copy `xb`, written into the NCHW output at `op`.
+/// Output positions `positions` (of the flattened output plane) of image `ni` for the `grp`-th
+/// group of up to 64 output channels, from the image's interleaved copy `xb`, written into the
+/// NCHW output at `op`.
 ///
 /// # Safety
 /// `op` is the start of an output of N×M×out_len values that nothing else reads or writes but
-/// the tasks of this convolution, each with its own `(ni, t)`.
+/// the tasks of this convolution, each with its own `(ni, grp, positions)`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn output_row(
+unsafe fn output_span(
     s: &Shape,
     xb: &[f32],
     filters: &BlockedFilters,
@@ -227,39 +244,48 @@ unsafe fn output_row(
     epi: &Epi<'_>,
     op: OutPtr,
     ni: usize,
-    t: usize,
+    grp: usize,
+    positions: std::ops::Range<usize>,
 ) {
     let plane = s.ph * s.pw * LANES;
     let out_len = s.oh * s.ow;
-    let (grp, oy) = (t / s.oh, t % s.oh);
+    let len = positions.len();
     let m0 = grp * MAX_BLOCKS * LANES;
     let blocks = ((s.m - m0) / LANES).min(MAX_BLOCKS);
-    // the row's accumulators: [block][ox][16]
-    let mut acc = arena::take(blocks * s.ow * LANES);
+    // the span's accumulators: [block][position][16]
+    let mut acc = arena::take(blocks * len * LANES);
     for b in 0..s.cb {
-        let xrow = &xb[b * plane + oy * s.sh * s.pw * LANES..];
         let first_tap = ((m0 / LANES) * s.cb + b) * s.kh * s.kw * LANES * LANES;
         let init = if b > 0 {
             Init::Load
         } else {
             bias.map_or(Init::Zero, |v| Init::Bias(&v[m0..m0 + blocks * LANES]))
         };
-        row(s, blocks, xrow, &filters.data[first_tap..], init, &mut acc);
+        let x = &xb[b * plane..][..plane];
+        span(
+            s,
+            blocks,
+            x,
+            &filters.data[first_tap..],
+            init,
+            positions.clone(),
+            &mut acc,
+        );
     }
-    // rows m0..m0 + 16·blocks of image ni, columns oy·ow..(oy + 1)·ow: inside the output and
-    // this task's alone (the caller's guarantee)
-    let first = |j: usize| op.at((ni * s.m + m0 + j) * out_len + oy * s.ow);
+    // rows m0..m0 + 16·blocks of image ni, columns `positions`: inside the output and this
+    // task's alone (the caller's guarantee)
+    let first = |j: usize| op.at((ni * s.m + m0 + j) * out_len + positions.start);
     for blk in 0..blocks {
-        let src = &acc[blk * s.ow * LANES..][..s.ow * LANES];
+        let src = &acc[blk * len * LANES..][..len * LANES];
         // SAFETY: the 16 rows of this block, as above.
-        unsafe { deinterleave(src, s.ow, first(blk * LANES), out_len) };
+        unsafe { deinterleave(src, len, first(blk * LANES), out_len) };
     }
     if !epi.is_empty() {
         let mut rows: Vec<&mut [f32]> = (0..blocks * LANES)
             // SAFETY: as above; each row is borrowed once.
-            .map(|j| unsafe { std::slice::from_raw_parts_mut(first(j), s.ow) })
+            .map(|j| unsafe { std::slice::from_raw_parts_mut(first(j), len) })
             .collect();
-        epi.apply_rows_at(ni * s.m + m0, oy * s.ow, &mut rows);
+        epi.apply_rows_at(ni * s.m + m0, positions.start, &mut rows);
     }
     arena::give(acc);
 }
@@ -321,50 +347,74 @@ enum Init<'a> {
     Load,
 }
 
-/// One block of input channels into one output row of `blocks` blocks of output channels: the
-/// row's positions in calls of at most [`MAX_POSITIONS`], spread evenly (7 as 4 + 3, not 6 + 1).
-/// `x`: the block's padded plane from the row's first input row; `w`: the filters from block
-/// (first output block, this input block); `acc`: `[block][ox][16]`.
-fn row(s: &Shape, blocks: usize, x: &[f32], w: &[f32], init: Init<'_>, acc: &mut [f32]) {
-    let calls = s.ow.div_ceil(MAX_POSITIONS);
-    let (base, extra) = (s.ow / calls, s.ow % calls);
+/// One block of input channels (`x`, its padded plane) into output positions `positions` of
+/// `blocks` blocks of output channels, in calls of at most [`MAX_POSITIONS`] positions spread
+/// evenly (7 as 4 + 3, not 6 + 1); a call's positions may lie on two output rows. `w`: the filters
+/// from block (first output block, this input block); `acc`: `[block][position][16]`.
+fn span(
+    s: &Shape,
+    blocks: usize,
+    x: &[f32],
+    w: &[f32],
+    init: Init<'_>,
+    positions: std::ops::Range<usize>,
+    acc: &mut [f32],
+) {
+    let len = positions.len();
+    let calls = len.div_ceil(MAX_POSITIONS);
+    let (base, extra) = (len / calls, len % calls);
     let taps = s.kh * s.kw * LANES * LANES;
     let block_stride = s.cb * taps;
-    // The last tap of the last position of the call, in x; the last filter vector of the last
-    // block, in w; the row's accumulators, in acc: the bounds every call stays inside.
-    let x_need = ((s.kh - 1) * s.pw + (s.ow - 1) * s.sw + s.kw) * LANES;
+    // where output position j's first tap reads
+    let input_at = |j: usize| ((j / s.ow) * s.sh * s.pw + (j % s.ow) * s.sw) * LANES;
+    // Every position's last tap, in x (the last position's is the furthest); the last filter
+    // vector of the last block, in w; the span's accumulators, in acc: the bounds every call
+    // stays inside.
+    let x_need = input_at(positions.end - 1) + ((s.kh - 1) * s.pw + s.kw) * LANES;
     let w_need = (blocks - 1) * block_stride + taps;
-    assert!(x.len() >= x_need && w.len() >= w_need && acc.len() >= blocks * s.ow * LANES);
+    assert!(
+        positions.end <= s.oh * s.ow
+            && x.len() >= x_need
+            && w.len() >= w_need
+            && acc.len() >= blocks * len * LANES
+    );
     if let Init::Bias(b) = init {
         assert!(b.len() >= blocks * LANES);
     }
-    let mut ox = 0;
+    let mut done = 0;
     for i in 0..calls {
         let p = base + usize::from(i < extra);
+        let first = positions.start + done;
+        let mut offsets = [0; MAX_POSITIONS];
+        for (q, o) in offsets.iter_mut().enumerate().take(p) {
+            *o = input_at(first + q);
+        }
         let call = Call {
-            x: x[ox * s.sw * LANES..].as_ptr(),
+            x: x.as_ptr(),
+            offsets,
             w: w.as_ptr(),
-            acc: acc[ox * LANES..].as_mut_ptr(),
+            acc: acc[done * LANES..].as_mut_ptr(),
             block_stride,
-            acc_stride: s.ow * LANES,
+            acc_stride: len * LANES,
             row_stride: s.pw * LANES,
-            step: s.sw * LANES,
             kh: s.kh,
             kw: s.kw,
         };
         // SAFETY: the asserts above bound every read of x and w and every access to acc for
-        // positions ox..ox + p < ow and `blocks` blocks; AVX-512 is available (`blocked` checked
-        // the instruction set the caller detected).
+        // these p positions and `blocks` blocks; AVX-512 is available (`blocked` checked the
+        // instruction set the caller detected).
         unsafe { x86::tile(blocks, p, call, init) };
-        ox += p;
+        done += p;
     }
 }
 
 /// The pointers and strides of one kernel call.
 #[derive(Clone, Copy)]
 struct Call {
-    /// input at the call's first position, first tap, channel 0
+    /// the input block's padded plane
     x: *const f32,
+    /// where each position's first tap lies in it (the first `P` are used)
+    offsets: [usize; MAX_POSITIONS],
     /// filters of the first output block for this input block, first tap
     w: *const f32,
     /// accumulators of the first output block at the call's first position
@@ -375,8 +425,6 @@ struct Call {
     acc_stride: usize,
     /// values from one padded input row to the next
     row_stride: usize,
-    /// values from one output position's first input to the next's
-    step: usize,
     kh: usize,
     kw: usize,
 }
@@ -523,7 +571,7 @@ mod x86 {
                             wv[b] = _mm512_loadu_ps(wt.add(b * c.block_stride + ci * LANES));
                         }
                         for q in 0..P {
-                            let xv = _mm512_set1_ps(*xt.add(q * c.step + ci));
+                            let xv = _mm512_set1_ps(*xt.add(c.offsets[q] + ci));
                             for b in 0..B {
                                 acc[b][q] = _mm512_fmadd_ps(wv[b], xv, acc[b][q]);
                             }
