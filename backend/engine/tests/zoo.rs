@@ -1,7 +1,7 @@
 //! The zoo of real exporter output (`zoo/export_zoo.py`: PaddleOCR's det/rec/cls as shipped in a PyPI wheel,
 //! torchvision ResNet-50, MobileNetV3, EfficientNet-B0, ViT-B/16 and SSDlite, and BERT-base, ViT-S and
 //! Whisper-tiny-like encoders from transformers configs) on the CPU executor against onnxruntime at batch 1
-//! and 2, with the test inputs of the zoo's manifest; the zoo's int8 models (`zoo/quantize_zoo.py`), its
+//! and 2 and on the wgpu executor at batch 1, with the test inputs of the zoo's manifest; the zoo's int8 models (`zoo/quantize_zoo.py`), its
 //! BERT fused by onnxruntime's transformer optimizer (`zoo/fuse_zoo.py`) and its detector exported whole,
 //! NonMaxSuppression included (`zoo/export_detector.py`), on both executors.
 
@@ -101,6 +101,64 @@ fn hf_vit_small_matches_onnxruntime() {
 #[test]
 fn hf_whisper_encoder_matches_onnxruntime() {
     check_cpu("hf_whisper_encoder");
+}
+
+// The same float models on the wgpu executor (lavapipe where there is no GPU), at the zoo's small test
+// shapes (96×96 images for the CNNs), with the CPU executor's tolerances.
+
+#[test]
+fn ocr_det_matches_onnxruntime_on_wgpu() {
+    check_wgpu("ocr_det", RTOL, ATOL);
+}
+
+#[test]
+fn ocr_rec_matches_onnxruntime_on_wgpu() {
+    check_wgpu("ocr_rec", RTOL, ATOL);
+}
+
+#[test]
+fn ocr_cls_matches_onnxruntime_on_wgpu() {
+    check_wgpu("ocr_cls", RTOL, ATOL);
+}
+
+#[test]
+fn tv_resnet50_matches_onnxruntime_on_wgpu() {
+    check_wgpu("tv_resnet50", RTOL, ATOL);
+}
+
+#[test]
+fn tv_mobilenet_v3_large_matches_onnxruntime_on_wgpu() {
+    check_wgpu("tv_mobilenet_v3_large", RTOL, ATOL);
+}
+
+#[test]
+fn tv_efficientnet_b0_matches_onnxruntime_on_wgpu() {
+    check_wgpu("tv_efficientnet_b0", RTOL, ATOL);
+}
+
+#[test]
+fn tv_vit_b_16_matches_onnxruntime_on_wgpu() {
+    check_wgpu("tv_vit_b_16", RTOL, ATOL);
+}
+
+#[test]
+fn tv_ssdlite320_matches_onnxruntime_on_wgpu() {
+    check_wgpu("tv_ssdlite320", RTOL, ATOL);
+}
+
+#[test]
+fn hf_bert_base_matches_onnxruntime_on_wgpu() {
+    check_wgpu("hf_bert_base", RTOL, ATOL);
+}
+
+#[test]
+fn hf_vit_small_matches_onnxruntime_on_wgpu() {
+    check_wgpu("hf_vit_small", RTOL, ATOL);
+}
+
+#[test]
+fn hf_whisper_encoder_matches_onnxruntime_on_wgpu() {
+    check_wgpu("hf_whisper_encoder", RTOL, ATOL);
 }
 
 /// A scripted `for` loop over the input's time dimension, exported as a real ONNX Loop, which the engine
