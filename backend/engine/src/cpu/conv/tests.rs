@@ -272,11 +272,11 @@ fn runs_blocked(isa: Isa, cs: &Case) -> bool {
 #[test]
 fn blocked_convolutions_match_a_direct_loop() {
     let cases = [
-        // a row of 21 positions (calls of 6, 5, 5, 5; 16 + 5 columns per copy between layouts)
+        // rows of 21 positions (calls spanning two rows; 16 + 5 columns per copy between layouts)
         case(1, 16, 9, 21, 16, 3, 1, 1, 1, 1),
         // stride 2, three output blocks, two images
         case(2, 32, 12, 12, 48, 3, 2, 1, 1, 1),
-        // five output blocks: a call of 4, then one of 1
+        // five output blocks: a call of 4, then one of 1; 7-wide rows
         case(1, 48, 7, 7, 80, 3, 1, 1, 1, 1),
         // a 5×5 kernel over rows of 17
         case(1, 16, 17, 17, 64, 5, 1, 2, 1, 1),
