@@ -106,7 +106,7 @@ impl BlockedFilters {
 struct OutPtr(*mut f32);
 
 // SAFETY: the pointer comes from the `&mut [f32]` that `conv_blocked` borrows for the whole
-// parallel section, and each task writes only its own output row of its own channels.
+// parallel section, and each task writes only its own output positions of its own channels.
 unsafe impl Send for OutPtr {}
 // SAFETY: see `Send`.
 unsafe impl Sync for OutPtr {}
@@ -118,7 +118,7 @@ impl OutPtr {
     }
 }
 
-/// Geometry of the blocked convolution, 1-D ones as a single row.
+/// Geometry of a 2-D blocked convolution (`conv_isa` runs a 1-D one as a single row).
 #[derive(Clone, Copy)]
 struct Shape {
     n: usize,
@@ -142,20 +142,15 @@ struct Shape {
 
 impl Shape {
     fn of(g: &ConvGeom<'_>) -> Shape {
-        let (kh, kw) = kernel_hw(g.kernel);
-        let two = |v: &[usize], lead: usize| match *v {
-            [b] => (lead, b),
-            [a, b] => (a, b),
-            _ => (lead, lead),
-        };
-        let (h, w) = two(g.in_sp, 1);
-        let (oh, ow) = two(g.out_sp, 1);
-        let (sh, sw) = two(g.strides, 1);
-        let (pt, pl, pb, pr) = match *g.pads {
-            [l, r] => (0, l, 0, r),
-            [t, l, b, r] => (t, l, b, r),
-            _ => (0, 0, 0, 0),
-        };
+        assert!(
+            g.in_sp.len() == 2 && g.pads.len() == 4,
+            "blocked convolution: a 2-D geometry expected"
+        );
+        let (kh, kw) = (g.kernel[0], g.kernel[1]);
+        let (h, w) = (g.in_sp[0], g.in_sp[1]);
+        let (oh, ow) = (g.out_sp[0], g.out_sp[1]);
+        let (sh, sw) = (g.strides[0], g.strides[1]);
+        let (pt, pl, pb, pr) = (g.pads[0], g.pads[1], g.pads[2], g.pads[3]);
         // the rows and columns the kernel reads: at least the padded input, and every tap of the
         // last output position even where the padding at the end is shorter than the stride
         let ph = (h + pt + pb).max((oh - 1) * sh + kh);
@@ -180,7 +175,7 @@ impl Shape {
     }
 }
 
-/// The convolution `g` ([`ConvGeom::blocked`]) of `x` into `out` (N×M×positions, NCHW), bias
+/// The 2-D convolution `g` ([`ConvGeom::blocked`]) of `x` into `out` (N×M×positions, NCHW), bias
 /// included, then `epi` on each output channel plane.
 pub(crate) fn conv_blocked(
     x: &[f32],
