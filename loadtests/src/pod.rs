@@ -3,6 +3,7 @@
 //! kernel picks, waits until they are ready, and stops them when dropped. [`PodControl`] kills, restarts and
 //! terminates them while load runs (the fault drills). Binaries come from `--bin-dir` or `INFERGATE_BIN_DIR` (the debug or release folder).
 
+use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -166,15 +167,32 @@ pub fn bin_dir(flag: Option<&Path>) -> Option<PathBuf> {
         .or_else(|| std::env::var_os("INFERGATE_BIN_DIR").map(PathBuf::from))
 }
 
+/// Ports this process has handed out. A port bound to `:0` and released can come back from the very next
+/// bind, so a pod's REST and gRPC picks could be the same port; each port is handed out once per process.
+static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// A loopback port that is free now and that this process has not handed out before.
 pub(crate) fn free_port() -> Result<u16, PodError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|source| PodError::Io {
+    let io = |source| PodError::Io {
         path: "127.0.0.1:0".into(),
         source,
-    })?;
-    l.local_addr().map(|a| a.port()).map_err(|source| PodError::Io {
-        path: "127.0.0.1:0".into(),
-        source,
-    })
+    };
+    // The ephemeral range holds thousands of ports: a thousand picks that all come back taken mean the
+    // range is exhausted, not bad luck.
+    for _ in 0..1000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(io)?
+            .port();
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(io(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "every loopback port offered was one this run already uses; free some ephemeral ports",
+    )))
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> PodError + use<> {

@@ -142,10 +142,21 @@ pub fn index_state(core: &ServerCore, model: &str, v: &str) -> Option<(String, S
         })
 }
 
-/// A port that was free a moment ago.
+/// Ports this test binary has handed out: a port bound to `:0` and released can come back from the next
+/// bind, so one server's REST and gRPC picks could otherwise be the same port.
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A port that was free a moment ago and that this test binary has not handed out before.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    for _ in 0..1000 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        if HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
+    panic!("every loopback port offered was already handed out")
 }
 
 /// One HTTP/1.1 request; returns status and body.
