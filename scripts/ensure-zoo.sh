@@ -61,10 +61,33 @@ detector() {
     echo "$detector_want" > "$out/.detector-stamp"
   fi
 }
+# The models of torch's dynamo exporter (zoo/export_dynamo.py) are a fifth stage, in a venv of their own
+# (zoo/requirements-dynamo.txt: a newer torch than the main zoo's), their reference outputs made with the project
+# venv's onnxruntime (zoo/dynamo_zoo.py).
+dynamo() {
+  local dynamo_want req_sum venv="$cache/dynamo-venv" source
+  dynamo_want="$(cat "$zoo_src/requirements-dynamo.txt" "$zoo_src/export_dynamo.py" "$zoo_src/dynamo_zoo.py" \
+    "$zoo_src/detector_zoo.py" "$zoo_src/quantize_zoo.py" "$zoo_src/zoo_reference.py" "$out/.stamp" \
+    | sha256sum | cut -d' ' -f1)"
+  if [ ! -f "$out/.dynamo-stamp" ] || [ "$(cat "$out/.dynamo-stamp")" != "$dynamo_want" ]; then
+    req_sum="$(sha256sum "$zoo_src/requirements-dynamo.txt" | cut -d' ' -f1)"
+    if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$req_sum" ]; then
+      echo "==> zoo: preparing the dynamo exporter's venv at $venv (a newer torch; a few GB, once)" >&2
+      python3 -m venv "$venv"
+      "$venv/bin/pip" install -q --disable-pip-version-check -r "$zoo_src/requirements-dynamo.txt" >&2
+      echo "$req_sum" > "$venv/.requirements.sha256"
+    fi
+    echo "==> zoo: models of torch's dynamo exporter into $out" >&2
+    source="$("$venv/bin/python" "$zoo_src/export_dynamo.py" "$out" | tail -n 1)"
+    "$py" "$zoo_src/dynamo_zoo.py" "$out" "$source" >&2
+    echo "$dynamo_want" > "$out/.dynamo-stamp"
+  fi
+}
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$want" ]; then
   quantize
   fuse
   detector
+  dynamo
   echo "$out"
   exit 0
 fi
@@ -92,4 +115,5 @@ mv "$out.tmp" "$out"
 quantize
 fuse
 detector
+dynamo
 echo "$out"

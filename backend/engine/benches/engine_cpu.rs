@@ -1,7 +1,7 @@
 //! CPU executor benchmark: single-op GFLOP/s and model latency/throughput per batch size, on the
 //! model files written by `models/export_models.py --manifest` (the same files onnxruntime runs in
-//! `scripts/bench-engine.sh`), or on the zoo (`manifest.json`, and `detector.json` and
-//! `quantized.json` where present).
+//! `scripts/bench-engine.sh`), or on the zoo (`manifest.json`, and `detector.json`, `quantized.json` and
+//! `dynamo.json` where present).
 //! A model without a batch dim runs at batch 1 only; one with `bench_inputs` (the detector, whose
 //! post-processing depends on the values) runs those files in turn, the images onnxruntime gets too.
 //!
@@ -153,7 +153,7 @@ fn main() {
         .unwrap_or_default();
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json")).unwrap();
-    for side in ["detector.json", "quantized.json"] {
+    for side in ["detector.json", "quantized.json", "dynamo.json"] {
         if let Ok(extra) = std::fs::read(dir.join(side)) {
             let extra: serde_json::Value = serde_json::from_slice(&extra).expect(side);
             for (name, spec) in extra.as_object().unwrap() {

@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     manifest = json.load(open(os.path.join(a.dir, "manifest.json")))
-    for side in ("detector.json", "quantized.json"):
+    for side in ("detector.json", "quantized.json", "dynamo.json"):
         path = os.path.join(a.dir, side)
         if os.path.exists(path):
             manifest.update(json.load(open(path)))

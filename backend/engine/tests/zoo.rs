@@ -2,8 +2,9 @@
 //! torchvision ResNet-50, MobileNetV3, EfficientNet-B0, ViT-B/16 and SSDlite, and BERT-base, ViT-S and
 //! Whisper-tiny-like encoders from transformers configs) on the CPU executor against onnxruntime at batch 1
 //! and 2 and on the wgpu executor at batch 1, with the test inputs of the zoo's manifest; the zoo's int8 models (`zoo/quantize_zoo.py`), its
-//! BERT fused by onnxruntime's transformer optimizer (`zoo/fuse_zoo.py`) and its detector exported whole,
-//! NonMaxSuppression included (`zoo/export_detector.py`), on both executors.
+//! BERT fused by onnxruntime's transformer optimizer (`zoo/fuse_zoo.py`), its detector exported whole,
+//! NonMaxSuppression included (`zoo/export_detector.py`), and the ResNet-50, BERT-base and ViT-S of torch's
+//! dynamo exporter (`zoo/export_dynamo.py`), on both executors.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -336,4 +337,58 @@ fn tv_ssdlite320_nms_matches_onnxruntime() {
 #[test]
 fn tv_ssdlite320_nms_matches_onnxruntime_on_wgpu() {
     check_wgpu("tv_ssdlite320_nms", RTOL, ATOL);
+}
+
+/// The models of torch's dynamo exporter (`zoo/export_dynamo.py`) record it, and hold the forms it writes that
+/// the TorchScript exporter does not: ReduceMean for the ResNet's global pooling, and in the transformers' attention
+/// the safe softmax (`Where(IsNaN(Softmax(x)), 0, …)`) and LayerNormalization.
+#[test]
+fn zoo_dynamo_models_record_their_exporter_and_its_operators() {
+    let expect: [(&str, &[&str]); 3] = [
+        ("dyn_resnet50", &["Conv", "ReduceMean"]),
+        (
+            "dyn_bert_base",
+            &["IsNaN", "Where", "Softmax", "LayerNormalization"],
+        ),
+        (
+            "dyn_vit_small",
+            &["IsNaN", "Where", "Softmax", "LayerNormalization"],
+        ),
+    ];
+    for (name, ops) in expect {
+        let used = side_manifest_operators("dynamo.json", name, "dynamo=True");
+        for op in ops {
+            assert!(used.iter().any(|u| u == op), "{name} uses {op}: {used:?}");
+        }
+    }
+}
+
+#[test]
+fn dyn_resnet50_matches_onnxruntime() {
+    check_cpu("dyn_resnet50");
+}
+
+#[test]
+fn dyn_bert_base_matches_onnxruntime() {
+    check_cpu("dyn_bert_base");
+}
+
+#[test]
+fn dyn_vit_small_matches_onnxruntime() {
+    check_cpu("dyn_vit_small");
+}
+
+#[test]
+fn dyn_resnet50_matches_onnxruntime_on_wgpu() {
+    check_wgpu("dyn_resnet50", RTOL, ATOL);
+}
+
+#[test]
+fn dyn_bert_base_matches_onnxruntime_on_wgpu() {
+    check_wgpu("dyn_bert_base", RTOL, ATOL);
+}
+
+#[test]
+fn dyn_vit_small_matches_onnxruntime_on_wgpu() {
+    check_wgpu("dyn_vit_small", RTOL, ATOL);
 }

@@ -38,6 +38,7 @@ pub(crate) fn unary_f32(u: UnaryOp, x: f32) -> f32 {
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Not => f32::from(u8::from(x == 0.0)),
+        UnaryOp::IsNaN | UnaryOp::IsInf { .. } => f32::from(u8::from(u.test_float(f64::from(x)))),
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::LeakyRelu { alpha } => {
             if x >= 0.0 {
@@ -219,6 +220,9 @@ fn int_unary<T: Num>(u: UnaryOp, v: &[T]) -> Result<Vec<T>> {
 
 /// A unary op on any buffer.
 pub(crate) fn unary(u: UnaryOp, x: &Buf) -> Result<Buf> {
+    if u.tests_floats() {
+        return float_predicate(u, x);
+    }
     Ok(match x {
         Buf::F32(v) => {
             let mut y = v.clone();
@@ -245,6 +249,20 @@ pub(crate) fn unary(u: UnaryOp, x: &Buf) -> Result<Buf> {
             return Err(EngineError::unsupported(format!("{u:?} on {}", other.dtype())));
         }
     })
+}
+
+/// IsNaN and IsInf: a BOOL per element of a float buffer.
+fn float_predicate(u: UnaryOp, x: &Buf) -> Result<Buf> {
+    let test = |v: f64| u.test_float(v);
+    Ok(Buf::Bool(match x {
+        Buf::F32(v) => v.iter().map(|&a| test(f64::from(a))).collect(),
+        Buf::F64(v) => v.iter().map(|&a| test(a)).collect(),
+        Buf::F16(v) => v.iter().map(|a| test(a.to_f64())).collect(),
+        Buf::BF16(v) => v.iter().map(|a| test(a.to_f64())).collect(),
+        other => {
+            return Err(EngineError::unsupported(format!("{u:?} on {}", other.dtype())));
+        }
+    }))
 }
 
 /// Broadcast strides of `shape` against `out` (0 on broadcast dims), right-aligned.

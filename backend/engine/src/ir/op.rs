@@ -89,6 +89,15 @@ pub enum UnaryOp {
         /// use the tanh approximation
         tanh: bool,
     },
+    /// x is NaN → BOOL (floats only)
+    IsNaN,
+    /// x is +∞ (when `positive`) or −∞ (when `negative`) → BOOL (floats only)
+    IsInf {
+        /// detect −∞
+        negative: bool,
+        /// detect +∞
+        positive: bool,
+    },
     /// min(max(x, min), max); bounds are stored as f64 so integer clips are exact.
     Clip {
         /// lower bound (−∞ when absent)
@@ -135,6 +144,29 @@ pub enum BinaryOp {
     Or,
     /// x if x ≥ 0 else slope·x, with `[x, slope]` (ONNX PRelu; slope broadcasts to x).
     PRelu,
+}
+
+impl UnaryOp {
+    /// True when the output dtype is BOOL.
+    pub fn is_predicate(self) -> bool {
+        matches!(self, UnaryOp::Not | UnaryOp::IsNaN | UnaryOp::IsInf { .. })
+    }
+
+    /// True for the predicates of float values (IsNaN, IsInf): float in, BOOL out.
+    pub fn tests_floats(self) -> bool {
+        matches!(self, UnaryOp::IsNaN | UnaryOp::IsInf { .. })
+    }
+
+    /// Whether `x` passes this predicate of float values (false for every other op).
+    pub fn test_float(self, x: f64) -> bool {
+        match self {
+            UnaryOp::IsNaN => x.is_nan(),
+            UnaryOp::IsInf { negative, positive } => {
+                (positive && x == f64::INFINITY) || (negative && x == f64::NEG_INFINITY)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl BinaryOp {

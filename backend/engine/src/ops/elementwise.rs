@@ -25,6 +25,8 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::new("Sin", 7, convert, &FAMILY),
     OnnxOp::new("Cos", 7, convert, &FAMILY),
     OnnxOp::new("Not", 1, convert, &FAMILY),
+    OnnxOp::new("IsNaN", 9, convert, &FAMILY),
+    OnnxOp::new("IsInf", 10, convert, &FAMILY),
     OnnxOp::new("Relu", 6, convert, &FAMILY),
     OnnxOp::new("Softplus", 1, convert, &FAMILY),
     OnnxOp::new("HardSwish", 14, convert, &FAMILY),
@@ -98,6 +100,11 @@ fn convert(
         "Sin" => unary(UnaryOp::Sin),
         "Cos" => unary(UnaryOp::Cos),
         "Not" => unary(UnaryOp::Not),
+        "IsNaN" => unary(UnaryOp::IsNaN),
+        "IsInf" => unary(UnaryOp::IsInf {
+            negative: a.int("detect_negative", 1)? != 0,
+            positive: a.int("detect_positive", 1)? != 0,
+        }),
         "Relu" => unary(UnaryOp::Relu),
         "Softplus" => unary(UnaryOp::Softplus),
         "Sign" => unary(UnaryOp::Sign),
@@ -246,11 +253,13 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                     *max = host_f64(v, "Clip max")?.first().copied().unwrap_or(f64::INFINITY);
                 }
             }
-            let dt = if u == UnaryOp::Not {
-                DataType::Bool
-            } else {
-                x.dtype
-            };
+            if u.tests_floats() && !x.dtype.is_float() {
+                return Err(EngineError::invalid(format!(
+                    "{u:?} takes a float tensor, not {} (ONNX defines it for floats)",
+                    x.dtype
+                )));
+            }
+            let dt = if u.is_predicate() { DataType::Bool } else { x.dtype };
             if x.dtype == DataType::String {
                 return Err(EngineError::unsupported("element-wise math on BYTES tensors"));
             }

@@ -159,7 +159,7 @@ pub(crate) fn fuse_activation(g: &mut Graph) -> Result<bool> {
         let Op::Unary(mut u) = g.nodes[ui].op else {
             return Ok(None);
         };
-        if u == UnaryOp::Not {
+        if u.is_predicate() {
             return Ok(None);
         }
         if g.nodes[ui].inputs.len() > 1 {

@@ -136,6 +136,8 @@ pub(crate) fn ew_unary(op: UnaryOp) -> expr::UnaryOp {
         UnaryOp::Sin => E::Sin,
         UnaryOp::Cos => E::Cos,
         UnaryOp::Not => E::Not,
+        UnaryOp::IsNaN => E::IsNaN,
+        UnaryOp::IsInf { negative, positive } => E::IsInf { negative, positive },
         UnaryOp::Relu => E::Relu,
         UnaryOp::LeakyRelu { alpha } => E::LeakyRelu(alpha),
         UnaryOp::Elu { alpha } => E::Elu(alpha),

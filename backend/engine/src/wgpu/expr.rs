@@ -30,6 +30,13 @@ pub(crate) enum UnaryOp {
     Sin,
     Cos,
     Not,
+    /// A float is NaN → bool.
+    IsNaN,
+    /// A float is −∞ (`negative`) or +∞ (`positive`) → bool.
+    IsInf {
+        negative: bool,
+        positive: bool,
+    },
     Softplus,
     HardSwish,
     /// `x * sigmoid(x)`.
@@ -514,6 +521,27 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         HardSigmoid(alpha, beta) => format!("clamp({} * {a} + {}, 0.0, 1.0)", konst(alpha), konst(beta)),
         Clip(lo, hi) => format!("ew_fmin(ew_fmax({a}, {}), {})", konst(lo), konst(hi)),
         Not => return Err(GpuError::unsupported("Not on float tensors")),
+        // WGSL lets a compiler assume floats are never NaN or infinite (`x != x` may fold to false): the
+        // predicates read the bits.
+        IsNaN => {
+            return Ok((
+                format!("((bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)"),
+                Ty::B,
+            ));
+        }
+        IsInf { negative, positive } => {
+            let tests: Vec<String> = [(positive, "0x7f800000u"), (negative, "0xff800000u")]
+                .into_iter()
+                .filter(|&(on, _)| on)
+                .map(|(_, inf)| format!("(bitcast<u32>({a}) == {inf})"))
+                .collect();
+            let e = if tests.is_empty() {
+                "false".to_owned()
+            } else {
+                format!("({})", tests.join(" || "))
+            };
+            return Ok((e, Ty::B));
+        }
     };
     Ok((e, Ty::F))
 }

@@ -1,5 +1,5 @@
 """Regenerate selected.txt: the onnx 1.22.0 node tests whose models use only the operators of
-issue 3 and those added since (issue 23) (every node, including If branches and Loop/Scan bodies, in the
+issue 3 and those added since (issues 23 and 24) (every node, including If branches and Loop/Scan bodies, in the
 default domain).
 
 Run with the project venv: $INFERGATE_PYTHON backend/engine/tests/conformance/select_tests.py
@@ -21,7 +21,7 @@ Size ConstantOfShape Range Identity Constant Dropout Resize DepthToSpace LSTM GR
 Sign Mish CastLike SpaceToDepth Mod
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 CumSum Trilu OneHot GatherND ScatterND NonZero LRN Upsample GroupNormalization Einsum RMSNormalization
-RotaryEmbedding NonMaxSuppression ScatterElements RoiAlign GridSample RNN Attention
+RotaryEmbedding NonMaxSuppression ScatterElements RoiAlign GridSample RNN Attention IsNaN IsInf
 """.split())
 
 
