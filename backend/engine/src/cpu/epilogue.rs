@@ -349,6 +349,7 @@ fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
         UnaryOp::Tanh => map_rows(rows, fastmath::tanh::<FMA>),
         UnaryOp::Silu => map_rows(rows, |x| x * fastmath::sigmoid::<FMA>(x)),
         UnaryOp::Gelu { tanh: false } => map_rows(rows, fastmath::gelu::<FMA>),
+        UnaryOp::Erf => map_rows(rows, fastmath::erf::<FMA>),
         other => map_rows(rows, |x| unary_f32(other, x)),
     }
 }

@@ -195,7 +195,7 @@ pub(crate) fn layer_norm(g: &mut Graph) -> Result<bool> {
     })
 }
 
-/// x·0.5·(1 + erf(x/√2)) in its usual two orders → Unary(Gelu).
+/// x·0.5·(1 + erf(x/√2)) in its usual three orders → Unary(Gelu).
 pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
     sweep(g, |g, facts, ei| {
         let en = &g.nodes[ei];
@@ -254,21 +254,25 @@ pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
         let Some(m1_out) = m1.output(0) else {
             return Ok(None);
         };
-        // form A: Mul(Mul(x, 1+erf), 0.5); form B: Mul(Mul(x, 0.5), 1+erf)
-        let (y, mut dead) = if other == Some(x) {
+        // form A: Mul(Mul(x, 1+erf), 0.5); form B: Mul(Mul(x, 0.5), 1+erf); form C (torch's dynamo
+        // exporter): Mul(x, Mul(0.5, 1+erf))
+        let first_half = scalar(g, other) == Some(0.5);
+        let (y, mut dead) = if other == Some(x) || first_half {
             let Some(m2i) = find_user(m1_out) else {
                 return Ok(None);
             };
             let m2 = &g.nodes[m2i];
-            let half = if m2.input(0) == Some(m1_out) {
+            let rest = if m2.input(0) == Some(m1_out) {
                 m2.input(1)
             } else {
                 m2.input(0)
             };
-            if m2.op != Op::Binary(BinaryOp::Mul)
-                || scalar(g, half) != Some(0.5)
-                || !single_use(g, &facts.uses, m1_out, 1)
-            {
+            let completes = if first_half {
+                rest == Some(x)
+            } else {
+                scalar(g, rest) == Some(0.5)
+            };
+            if m2.op != Op::Binary(BinaryOp::Mul) || !completes || !single_use(g, &facts.uses, m1_out, 1) {
                 return Ok(None);
             }
             (m2.output(0), vec![m1_out])

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod gelu;
 mod hard_swish;
 mod long_chains;
 mod probes;
