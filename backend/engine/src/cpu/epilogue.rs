@@ -350,6 +350,15 @@ fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
         UnaryOp::Silu => map_rows(rows, |x| x * fastmath::sigmoid::<FMA>(x)),
         UnaryOp::Gelu { tanh: false } => map_rows(rows, fastmath::gelu::<FMA>),
         UnaryOp::Erf => map_rows(rows, fastmath::erf::<FMA>),
+        UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            lo,
+            hi,
+        } => map_rows(rows, |x| {
+            (crate::cpu::quant::linear::quantize_one(x, scale, zero_point, (lo, hi)) - zero_point) as f32
+                * scale
+        }),
         other => map_rows(rows, |x| unary_f32(other, x)),
     }
 }

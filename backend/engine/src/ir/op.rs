@@ -98,6 +98,20 @@ pub enum UnaryOp {
         /// detect +∞
         positive: bool,
     },
+    /// QuantizeLinear then DequantizeLinear with one scale and zero point: (saturate(round_half_even(x /
+    /// scale) + zero_point, lo, hi) − zero_point) · scale, FP32 out whatever x is. The pass
+    /// `fuse_quantize_dequantize` makes it from the pairs QDQ models put on their activations, so that
+    /// the producer's epilogue can take it.
+    QuantizeDequantize {
+        /// the scale
+        scale: f32,
+        /// the zero point
+        zero_point: i32,
+        /// the smallest code (0 for UINT8, −128 for INT8)
+        lo: i32,
+        /// the largest code
+        hi: i32,
+    },
     /// min(max(x, min), max); bounds are stored as f64 so integer clips are exact.
     Clip {
         /// lower bound (−∞ when absent)

@@ -259,7 +259,11 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                     x.dtype
                 )));
             }
-            let dt = if u.is_predicate() { DataType::Bool } else { x.dtype };
+            let dt = match u {
+                _ if u.is_predicate() => DataType::Bool,
+                UnaryOp::QuantizeDequantize { .. } => DataType::F32,
+                _ => x.dtype,
+            };
             if x.dtype == DataType::String {
                 return Err(EngineError::unsupported("element-wise math on BYTES tensors"));
             }

@@ -5,9 +5,14 @@
 //! tensor and a node each. The fused node rounds and saturates each value and takes it straight back
 //! to FP32, with the same values. A QuantizeLinear whose codes something else also reads (another
 //! operator, a graph output) stays for that reader.
+//!
+//! With one scale and zero point (the activations' pairs), the fused node is a unary whose parameters are
+//! constants, so that the next round's `fuse_activation` moves it into the producing Conv or MatMul: the
+//! values are rounded as they are stored, not in a pass of their own.
 
+use crate::cpu::quant::linear::int_range;
 use crate::error::Result;
-use crate::ir::{Graph, Op, QuantOp, ValueId};
+use crate::ir::{Graph, Op, QuantOp, UnaryOp, ValueId};
 use crate::passes::{Facts, is_output, sweep};
 use crate::tensor::DataType;
 
@@ -21,7 +26,7 @@ pub(crate) fn fuse_quantize_dequantize(g: &mut Graph) -> Result<bool> {
         let Fused { quantize, op, inputs } = fused;
         let codes = g.nodes[i].input(0);
         let n = &mut g.nodes[i];
-        n.op = Op::Quant(op);
+        n.op = op;
         n.inputs = inputs;
         // The QuantizeLinear goes with its last reader.
         let dead = codes.is_some_and(|c| facts.uses[c.0] == 1 && !is_output(g, c));
@@ -36,7 +41,7 @@ pub(crate) fn fuse_quantize_dequantize(g: &mut Graph) -> Result<bool> {
 /// What replaces DequantizeLinear node `i`: its op and inputs, and the QuantizeLinear it reads.
 struct Fused {
     quantize: usize,
-    op: QuantOp,
+    op: Op,
     inputs: Vec<Option<ValueId>>,
 }
 
@@ -82,13 +87,36 @@ fn matched(g: &Graph, facts: &Facts, i: usize) -> Option<Fused> {
     if q_axis != axis && !(scale.len() == 1 && *block_size == 0) {
         return None;
     }
+    let (lo, hi) = int_range(codes).ok()?;
+    if let (1, Some(scale)) = (
+        scale.len(),
+        scale.to_f64_vec().ok().and_then(|v| v.first().copied()),
+    ) {
+        let zero_point = match zero_point {
+            None => Some(0.0),
+            Some(z) if z.len() == 1 => z.to_f64_vec().ok().and_then(|v| v.first().copied()),
+            Some(_) => None,
+        };
+        if let Some(zero_point) = zero_point {
+            return Some(Fused {
+                quantize: qi,
+                op: Op::Unary(UnaryOp::QuantizeDequantize {
+                    scale: scale as f32,
+                    zero_point: zero_point as i32,
+                    lo,
+                    hi,
+                }),
+                inputs: vec![q.input(0)],
+            });
+        }
+    }
     Some(Fused {
         quantize: qi,
-        op: QuantOp::QuantizeDequantize {
+        op: Op::Quant(QuantOp::QuantizeDequantize {
             axis: *q_axis,
             block_size: *q_block,
             codes,
-        },
+        }),
         inputs: match q.input(2) {
             Some(zero_point) => vec![q.input(0), q.input(1), Some(zero_point)],
             None => vec![q.input(0), q.input(1)],

@@ -138,6 +138,17 @@ pub(crate) fn ew_unary(op: UnaryOp) -> expr::UnaryOp {
         UnaryOp::Not => E::Not,
         UnaryOp::IsNaN => E::IsNaN,
         UnaryOp::IsInf { negative, positive } => E::IsInf { negative, positive },
+        UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            lo,
+            hi,
+        } => E::QuantizeDequantize {
+            scale,
+            zero_point,
+            lo,
+            hi,
+        },
         UnaryOp::Relu => E::Relu,
         UnaryOp::LeakyRelu { alpha } => E::LeakyRelu(alpha),
         UnaryOp::Elu { alpha } => E::Elu(alpha),

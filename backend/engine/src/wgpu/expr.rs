@@ -37,6 +37,14 @@ pub(crate) enum UnaryOp {
         negative: bool,
         positive: bool,
     },
+    /// `(clamp(round(x / scale) + zero_point, lo, hi) - zero_point) * scale`, as `quant.wgsl` computes the
+    /// pair.
+    QuantizeDequantize {
+        scale: f32,
+        zero_point: i32,
+        lo: i32,
+        hi: i32,
+    },
     Softplus,
     HardSwish,
     /// `x * sigmoid(x)`.
@@ -465,6 +473,14 @@ fn cast(a: &str, from: Ty, to: Ty) -> (String, Ty) {
 
 fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> GpuResult<(String, Ty)> {
     use UnaryOp::*;
+    // FP32 out whatever x is, as the QuantizeLinear/DequantizeLinear pair it replaces
+    let widened;
+    let (a, t) = if matches!(op, QuantizeDequantize { .. }) && t != Ty::F {
+        widened = format!("f32({a})");
+        (widened.as_str(), Ty::F)
+    } else {
+        (a, t)
+    };
     if t == Ty::I {
         let e = match op {
             Neg => format!("-{a}"),
@@ -520,6 +536,19 @@ fn unary(op: UnaryOp, a: &str, t: Ty, konst: &mut dyn FnMut(f32) -> String) -> G
         ),
         HardSigmoid(alpha, beta) => format!("clamp({} * {a} + {}, 0.0, 1.0)", konst(alpha), konst(beta)),
         Clip(lo, hi) => format!("ew_fmin(ew_fmax({a}, {}), {})", konst(lo), konst(hi)),
+        QuantizeDequantize {
+            scale,
+            zero_point,
+            lo,
+            hi,
+        } => {
+            let (s, z) = (konst(scale), konst(zero_point as f32));
+            format!(
+                "((clamp(round({a} / {s}) + {z}, {}, {}) - {z}) * {s})",
+                konst(lo as f32),
+                konst(hi as f32)
+            )
+        }
         Not => return Err(GpuError::unsupported("Not on float tensors")),
         // WGSL lets a compiler assume floats are never NaN or infinite (`x != x` may fold to false): the
         // predicates read the bits.

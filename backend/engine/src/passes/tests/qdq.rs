@@ -142,7 +142,13 @@ fn a_quantize_dequantize_pair_runs_as_one_node_with_the_values_of_the_pair() {
             &[2, 3, 4],
         );
         let model = Arc::new(Model::from_bytes(&model, None).unwrap());
-        assert_eq!(op_names(&model), ["QuantizeDequantize"]);
+        // one scale and zero point: a unary with them as constants; one per channel: the quant op
+        let fused = if axis.is_some() {
+            "QuantizeDequantize"
+        } else {
+            "Unary"
+        };
+        assert_eq!(op_names(&model), [fused]);
         let x = inputs(24);
         let got = run_cpu(&model, vec![2, 3, 4], x.clone()).to_vec::<f32>().unwrap();
         let range = if zp_type == 2 { (0, 255) } else { (-128, 127) };
@@ -176,7 +182,7 @@ fn a_quantize_read_with_other_parameters_too_stays_for_that_reader() {
     );
     let model = Arc::new(Model::from_bytes(&model, None).unwrap());
     let ops = op_names(&model);
-    for op in ["QuantizeLinear", "QuantizeDequantize", "DequantizeLinear"] {
+    for op in ["QuantizeLinear", "Unary", "DequantizeLinear"] {
         assert!(ops.contains(&op), "{ops:?}");
     }
     let x = inputs(6);
@@ -185,5 +191,39 @@ fn a_quantize_read_with_other_parameters_too_stays_for_that_reader() {
         let a = fake_quantized(v, 0.25, 10, (0, 255));
         let q = ((v / 0.25).round_ties_even() as i32 + 10).clamp(0, 255);
         assert_eq!(g, a + (q - 10) as f32 * 0.5, "{v}");
+    }
+}
+
+/// A Conv's output rounded by a per-tensor pair (a QDQ model's activation) is rounded in the Conv's epilogue,
+/// after its Relu, with the values of the pair: no node of its own.
+#[test]
+fn a_per_tensor_pair_after_a_conv_is_rounded_in_the_conv_epilogue() {
+    let (c, m) = (3usize, 4usize);
+    let w: Vec<f32> = (0..m * c).map(|i| ((i * 5) % 11) as f32 * 0.2 - 1.0).collect();
+    let model = bytes(
+        vec![
+            node("Conv", &["x", "w"], "conv", vec![]),
+            node("Relu", &["conv"], "r", vec![]),
+            node("QuantizeLinear", &["r", "s", "z"], "q", vec![]),
+            node("DequantizeLinear", &["q", "s", "z"], "y", vec![]),
+        ],
+        vec![
+            init("w", &[m as i64, c as i64, 1, 1], &w),
+            init("s", &[], &[0.05]),
+            codes("z", 2, &[], &[3]),
+        ],
+        &[1, c as i64, 2, 5],
+        &[1, m as i64, 2, 5],
+    );
+    let model = Arc::new(Model::from_bytes(&model, None).unwrap());
+    assert_eq!(op_names(&model), ["Conv"], "the pair is in the Conv");
+    let x = inputs(c * 10);
+    let got = run_cpu(&model, vec![1, c, 2, 5], x.clone())
+        .to_vec::<f32>()
+        .unwrap();
+    for (i, &g) in got.iter().enumerate() {
+        let (o, px) = (i / 10, i % 10);
+        let conv: f32 = (0..c).map(|k| w[o * c + k] * x[k * 10 + px]).sum();
+        assert_eq!(g, fake_quantized(conv.max(0.0), 0.05, 3, (0, 255)), "element {i}");
     }
 }
