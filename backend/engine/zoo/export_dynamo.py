@@ -19,18 +19,13 @@ import torch
 import torchvision
 import transformers
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_zoo import ids, image  # noqa: E402
+
 OPSET = 18  # the dynamo exporter's own opset: asked for 17, it writes 18 and converts down, a second pass
 EXPORTER = (f"torch.onnx.export (dynamo=True: torch.export + onnxscript {onnxscript.__version__}) "
             f"torch {torch.__version__}, opset {OPSET}")
 DYNAMIC = torch.export.Dim.DYNAMIC
-
-
-def image(name, c, h, w):
-    return {"name": name, "dtype": "FP32", "shape": [-1, c, h, w]}
-
-
-def ids(name, seq, high):
-    return {"name": name, "dtype": "INT64", "shape": [-1, seq], "high": high}
 
 
 def export(model, args, out, input_names, output_names, dynamic_shapes):
