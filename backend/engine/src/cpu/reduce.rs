@@ -120,8 +120,16 @@ pub(crate) fn arg_reduce(x: &[f64], shape: &[usize], axis: usize, max: bool, las
     out
 }
 
-/// Softmax / LogSoftmax of f32 data over `[outer, d, inner]`.
-pub(crate) fn softmax_f32(x: &[f32], outer: usize, d: usize, inner: usize, log: bool) -> Vec<f32> {
+/// Softmax / LogSoftmax of f32 data over `[outer, d, inner]`; with `nan_rows_to_zero`, zeros for a row
+/// whose softmax is NaN (every value −∞, or a NaN or +∞ among them).
+pub(crate) fn softmax_f32(
+    x: &[f32],
+    outer: usize,
+    d: usize,
+    inner: usize,
+    log: bool,
+    nan_rows_to_zero: bool,
+) -> Vec<f32> {
     // a reused buffer: attention's probabilities are megabytes, faulted in afresh on every run
     // otherwise; every value is written below
     let mut out = crate::cpu::arena::take(x.len());
@@ -154,6 +162,10 @@ pub(crate) fn softmax_f32(x: &[f32], outer: usize, d: usize, inner: usize, log: 
                     blk[k * inner + i] *= inv;
                 }
             }
+            // a NaN row is NaN throughout: its sum is NaN (exp keeps NaN, and −∞ − −∞ is NaN)
+            if nan_rows_to_zero && blk[i].is_nan() {
+                (0..d).for_each(|k| blk[k * inner + i] = 0.0);
+            }
         }
     };
     let isa = crate::cpu::simd::isa();
@@ -161,6 +173,12 @@ pub(crate) fn softmax_f32(x: &[f32], outer: usize, d: usize, inner: usize, log: 
     let run = |(src, dst): (&[f32], &mut [f32])| {
         if inner == 1 {
             softmax_rows(isa, src, dst, d, log);
+            if nan_rows_to_zero {
+                // a NaN row is NaN throughout: its sum is NaN (exp keeps NaN, and −∞ − −∞ is NaN)
+                dst.chunks_exact_mut(d)
+                    .filter(|out| out[0].is_nan())
+                    .for_each(|out| out.fill(0.0));
+            }
         } else {
             dst.copy_from_slice(src);
             dst.chunks_mut(block).for_each(strided);

@@ -628,6 +628,10 @@ pub enum Op {
         log: bool,
         /// opset < 13 semantics
         coerce_2d: bool,
+        /// rows whose softmax is NaN (every value −∞, or a NaN or +∞ among them) give zeros instead:
+        /// torch's "safe" softmax `Where(IsNaN(Softmax(x)), 0, Softmax(x))`, which the pattern pass
+        /// `safe_softmax` folds into the op
+        nan_rows_to_zero: bool,
     },
     /// `[x, k]` → `[values, indices]`. Concrete: `[x]`, `k` resolved.
     TopK {

@@ -230,6 +230,7 @@ fn convert(
             axis: -1,
             log: false,
             coerce_2d: false,
+            nan_rows_to_zero: false,
         },
         &[scores],
     );

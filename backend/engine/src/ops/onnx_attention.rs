@@ -210,6 +210,7 @@ fn convert(
             axis: -1,
             log: false,
             coerce_2d: false,
+            nan_rows_to_zero: false,
         },
         &[softmax_in],
     );

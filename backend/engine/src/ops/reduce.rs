@@ -98,6 +98,7 @@ fn convert(
                 axis: a.int("axis", if opset < 13 { 1 } else { -1 })?,
                 log: op == "LogSoftmax",
                 coerce_2d: opset < 13,
+                nan_rows_to_zero: false,
             },
             ins,
         )),
@@ -198,7 +199,12 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                 vec![(DataType::I64, out)],
             ))
         }
-        Op::Softmax { axis, log, coerce_2d } => {
+        Op::Softmax {
+            axis,
+            log,
+            coerce_2d,
+            nan_rows_to_zero,
+        } => {
             let x = req(ins, 0, "input")?;
             let ax = norm_axis(*axis, x.shape.len(), "axis")?;
             Ok(concrete(
@@ -206,6 +212,7 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
                     axis: ax as i64,
                     log: *log,
                     coerce_2d: *coerce_2d,
+                    nan_rows_to_zero: *nan_rows_to_zero,
                 },
                 1,
                 vec![(x.dtype, x.shape.to_vec())],
@@ -281,7 +288,12 @@ fn cpu(
                 *select_last_index,
             )))
         }
-        Op::Softmax { axis, log, coerce_2d } => {
+        Op::Softmax {
+            axis,
+            log,
+            coerce_2d,
+            nan_rows_to_zero,
+        } => {
             let (x, sx) = arg(ins, 0)?;
             float_only(x.dtype(), "Softmax")?;
             let a = *axis as usize;
@@ -293,7 +305,7 @@ fn cpu(
             };
             one(back(
                 x.dtype(),
-                reduce::softmax_f32(&f32_of(x), outer, d, inner, *log),
+                reduce::softmax_f32(&f32_of(x), outer, d, inner, *log, *nan_rows_to_zero),
             ))
         }
         Op::TopK { axis, k, largest, .. } => {
@@ -348,10 +360,15 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             let y = gpu_reduce::arg_reduce(&mut c.b, &name, &x, axis, *max, *keepdims, *select_last_index)?;
             c.set(n, 0, y)
         }
-        Op::Softmax { axis, log, coerce_2d } => {
+        Op::Softmax {
+            axis,
+            log,
+            coerce_2d,
+            nan_rows_to_zero,
+        } => {
             let x = c.input(n, 0)?;
             let axis = usize_axis(*axis, x.rank())?;
-            let y = gpu_reduce::softmax(&mut c.b, &name, &x, axis, *log, *coerce_2d)?;
+            let y = gpu_reduce::softmax(&mut c.b, &name, &x, axis, *log, *coerce_2d, *nan_rows_to_zero)?;
             c.set(n, 0, y)
         }
         Op::TopK { axis, k, largest, .. } => {

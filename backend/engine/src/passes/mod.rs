@@ -31,6 +31,7 @@ pub const PASSES: &[(&str, Pass)] = &[
     ("fold_batchnorm", fuse::fold_batchnorm),
     ("layer_norm", patterns::layer_norm),
     ("gelu", patterns::gelu),
+    ("safe_softmax", patterns::safe_softmax),
     ("hard_swish", hard_swish::hard_swish),
     ("silu", silu::silu),
     ("transpose_into_matmul", fuse::transpose_into_matmul),

@@ -1,4 +1,4 @@
-//! Pattern recognition: decomposed LayerNorm and GELU (Erf form).
+//! Pattern recognition: decomposed LayerNorm, GELU (Erf form) and torch's safe softmax.
 
 use crate::error::Result;
 use crate::ir::{BinaryOp, Graph, Node, Op, ReduceOp, UnaryOp, ValueId};
@@ -325,5 +325,53 @@ pub(crate) fn gelu(g: &mut Graph) -> Result<bool> {
         );
         // the rewrite moved nodes: look again from the start
         Ok(Some(0))
+    })
+}
+
+/// `Where(IsNaN(s), 0, s)` with `s = Softmax(x)` (torch's "safe" softmax, which the dynamo exporter writes in
+/// every attention: a fully masked row gives zeros, not NaN) → the Softmax with `nan_rows_to_zero`.
+pub(crate) fn safe_softmax(g: &mut Graph) -> Result<bool> {
+    sweep(g, |g, facts, wi| {
+        let w = &g.nodes[wi];
+        if w.op != Op::Where || scalar(g, w.input(1)) != Some(0.0) {
+            return Ok(None);
+        }
+        let (Some(s), Some(y)) = (w.input(2), w.output(0)) else {
+            return Ok(None);
+        };
+        let Some((ni, nan)) = node(g, &facts.producers, w.input(0)) else {
+            return Ok(None);
+        };
+        let Some((si, softmax)) = node(g, &facts.producers, Some(s)) else {
+            return Ok(None);
+        };
+        let is_plain_softmax = matches!(
+            softmax.op,
+            Op::Softmax {
+                log: false,
+                nan_rows_to_zero: false,
+                ..
+            }
+        );
+        let Some(tested) = nan.output(0) else {
+            return Ok(None);
+        };
+        if nan.op != Op::Unary(UnaryOp::IsNaN)
+            || nan.input(0) != Some(s)
+            || !is_plain_softmax
+            || !single_use(g, &facts.uses, tested, 1)
+            || !single_use(g, &facts.uses, s, 2)
+        {
+            return Ok(None);
+        }
+        // The Softmax writes the Where's output; the IsNaN and the Where go.
+        if let Op::Softmax { nan_rows_to_zero, .. } = &mut g.nodes[si].op {
+            *nan_rows_to_zero = true;
+        }
+        g.nodes[si].outputs = vec![Some(y)];
+        let (first, second) = if ni > wi { (ni, wi) } else { (wi, ni) };
+        g.nodes.remove(first);
+        g.nodes.remove(second);
+        Ok(Some(si.min(second)))
     })
 }

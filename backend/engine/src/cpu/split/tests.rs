@@ -104,6 +104,7 @@ fn per_sample_ops_split_and_mixing_ops_do_not() {
         axis,
         log: false,
         coerce_2d: false,
+        nan_rows_to_zero: false,
     };
     assert_eq!(batch_axis(&graph(softmax(-1), 4, &[], vec![4, 8, 4, 4])), Some(4));
     assert_eq!(batch_axis(&graph(softmax(0), 4, &[], vec![4, 8, 4, 4])), None);
@@ -288,6 +289,7 @@ fn the_sample_axis_is_followed_through_transpose_slice_and_reshape() {
                     axis: 1,
                     log: false,
                     coerce_2d: false,
+                    nan_rows_to_zero: false,
                 },
                 vec![4, n, 6],
             ),
@@ -306,6 +308,7 @@ fn samples_merged_with_heads_or_positions_stay_apart() {
         axis,
         log: false,
         coerce_2d: false,
+        nan_rows_to_zero: false,
     };
     // torchvision's attention: [B, L, E] → [L, B, E] → [L, B·H, D] → [B·H, L, D] (per-head work)
     // → [B, H, L, D] → [L, B, H, D] → [L·B, E] (per-row work) → [L, B, E] → [B, L, E]

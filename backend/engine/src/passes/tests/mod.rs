@@ -8,6 +8,7 @@ mod hard_swish;
 mod long_chains;
 mod probes;
 mod qdq;
+mod safe_softmax;
 mod silu;
 mod squeeze_excitation;
 
@@ -115,10 +116,15 @@ fn model_bytes(
 
 /// The model's one output on the CPU executor for input `x` of `shape`.
 fn run_cpu(model: &Arc<Model>, shape: Vec<usize>, x: Vec<f32>) -> Tensor {
+    run_on(ExecutorKind::Cpu, model, shape, x)
+}
+
+/// The model's one output on `executor` for input `x` of `shape`.
+fn run_on(executor: ExecutorKind, model: &Arc<Model>, shape: Vec<usize>, x: Vec<f32>) -> Tensor {
     let session = Session::new(
         model.clone(),
         SessionOptions {
-            executor: ExecutorKind::Cpu,
+            executor,
             ..Default::default()
         },
     )

@@ -115,7 +115,8 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     )
 }
 
-/// Softmax or LogSoftmax along `axis`; with `coerce_2d` over every dim from `axis` on.
+/// Softmax or LogSoftmax along `axis`; with `coerce_2d` over every dim from `axis` on; with
+/// `nan_rows_to_zero`, zeros for a row whose softmax is NaN.
 pub(crate) fn softmax(
     b: &mut PlanBuilder,
     name: &str,
@@ -123,6 +124,7 @@ pub(crate) fn softmax(
     axis: usize,
     log: bool,
     coerce_2d: bool,
+    nan_rows_to_zero: bool,
 ) -> GpuResult<DTensor> {
     let (outer, l, inner) = if coerce_2d {
         (
@@ -140,6 +142,7 @@ pub(crate) fn softmax(
         .alias("T", x.dtype.wgsl())
         .constant("LOG", log)
         .constant("COOP", coop)
+        .constant("NAN_ROWS_TO_ZERO", nan_rows_to_zero)
         .build()?;
     let params = Params::new().u4([rows as u32, l as u32, inner as u32, 0]);
     b.dispatch(&k, params, &[Bind::R(x), Bind::W(&y)], reduce_grid(rows, coop))?;

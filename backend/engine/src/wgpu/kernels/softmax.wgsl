@@ -6,6 +6,8 @@ alias T = f32;
 
 const LOG: bool = false;
 const COOP: bool = true;
+// Zeros for a row whose softmax is NaN: every value −∞, or a NaN or +∞ among them.
+const NAN_ROWS_TO_ZERO: bool = false;
 const WG: u32 = 64u;
 
 struct Params {
@@ -18,6 +20,15 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<T>;
 
 var<workgroup> part: array<f32, WG>;
+
+// Whether a row with largest value `m` and sum of exponentials `total` has a NaN softmax: nothing summed
+// (every value −∞) or a NaN sum (a NaN or +∞ among the values). Read from the bits: a WGSL compiler may
+// assume floats are never NaN or infinite.
+fn nan_row(m: f32, total: f32) -> bool {
+    let t = bitcast<u32>(total) & 0x7fffffffu;
+    let mm = bitcast<u32>(m) & 0x7fffffffu;
+    return t == 0u || t >= 0x7f800000u || mm >= 0x7f800000u;
+}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -41,9 +52,12 @@ fn main(
         for (var i = 0u; i < L; i = i + 1u) {
             total = total + exp(f32(x[b + i * inner]) - mx);
         }
+        let zero = NAN_ROWS_TO_ZERO && nan_row(mx, total);
         for (var i = 0u; i < L; i = i + 1u) {
             let v = f32(x[b + i * inner]) - mx;
-            if (LOG) {
+            if (zero) {
+                y[b + i * inner] = T(0.0);
+            } else if (LOG) {
                 y[b + i * inner] = T(v - log(total));
             } else {
                 y[b + i * inner] = T(exp(v) / total);
@@ -83,9 +97,12 @@ fn main(
         workgroupBarrier();
     }
     sum = part[0];
+    let zero = NAN_ROWS_TO_ZERO && nan_row(m, sum);
     for (var i = lid; i < L; i = i + WG) {
         let v = f32(x[base + i * inner]) - m;
-        if (LOG) {
+        if (zero) {
+            y[base + i * inner] = T(0.0);
+        } else if (LOG) {
             y[base + i * inner] = T(v - log(sum));
         } else {
             y[base + i * inner] = T(exp(v) / sum);

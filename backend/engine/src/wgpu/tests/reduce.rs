@@ -71,8 +71,8 @@ fn softmax_layernorm_instancenorm() {
             let ln = reduce::normalise(b, "ln", &t[0], &t[1], Some(&t[2]), 1, 1e-5, false, true)?;
             let inn = reduce::normalise(b, "in", &t[0], &t[3], Some(&t[4]), 2, 1e-5, true, false)?;
             Ok(vec![
-                reduce::softmax(b, "sm", &t[0], 1, false, false)?,
-                reduce::softmax(b, "lsm", &t[0], 1, true, true)?,
+                reduce::softmax(b, "sm", &t[0], 1, false, false, false)?,
+                reduce::softmax(b, "lsm", &t[0], 1, true, true, false)?,
                 ln.y,
                 ln.stats.expect("stats"),
                 inn.y,
@@ -132,7 +132,10 @@ fn long_rows_take_the_cooperative_path() {
         vec![f32s(&[2, 300], &x), f32s(&[300], &ones), f32s(&[300], &zeros)],
         |b, t| {
             let ln = reduce::normalise(b, "ln", &t[0], &t[1], Some(&t[2]), 1, 1e-5, false, false)?;
-            Ok(vec![reduce::softmax(b, "sm", &t[0], 1, false, false)?, ln.y])
+            Ok(vec![
+                reduce::softmax(b, "sm", &t[0], 1, false, false, false)?,
+                ln.y,
+            ])
         },
     );
     let (mut sm, mut ln) = (vec![0.0; 600], vec![0.0; 600]);
