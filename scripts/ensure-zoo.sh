@@ -20,6 +20,18 @@ exec 9>"$cache/.lock"
 flock 9
 [ -x "$py" ] || { echo "ensure-zoo: no project venv python at $py (run \`make venv\`)" >&2; exit 1; }
 
+# ensure_venv DIR REQUIREMENTS WHAT: a venv at DIR with REQUIREMENTS installed, made again when they change.
+ensure_venv() {
+  local dir="$1" requirements="$2" req_sum
+  req_sum="$(sha256sum "$requirements" | cut -d' ' -f1)"
+  if [ ! -x "$dir/bin/python" ] || [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" != "$req_sum" ]; then
+    echo "==> zoo: preparing $3 at $dir (a few GB, once)" >&2
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install -q --disable-pip-version-check -r "$requirements" >&2
+    echo "$req_sum" > "$dir/.requirements.sha256"
+  fi
+}
+
 # The quantized models (zoo/quantize_zoo.py, with the project venv's onnxruntime) are a second stage with
 # its own stamp: changing the quantizer redoes only them, and a fresh export redoes them too.
 quantize() {
@@ -65,18 +77,12 @@ detector() {
 # (zoo/requirements-dynamo.txt: a newer torch than the main zoo's), their reference outputs made with the project
 # venv's onnxruntime (zoo/dynamo_zoo.py).
 dynamo() {
-  local dynamo_want req_sum venv="$cache/dynamo-venv" source
+  local dynamo_want venv="$cache/dynamo-venv" source
   dynamo_want="$(cat "$zoo_src/requirements-dynamo.txt" "$zoo_src/export_dynamo.py" "$zoo_src/dynamo_zoo.py" \
     "$zoo_src/detector_zoo.py" "$zoo_src/quantize_zoo.py" "$zoo_src/zoo_reference.py" "$out/.stamp" \
     | sha256sum | cut -d' ' -f1)"
   if [ ! -f "$out/.dynamo-stamp" ] || [ "$(cat "$out/.dynamo-stamp")" != "$dynamo_want" ]; then
-    req_sum="$(sha256sum "$zoo_src/requirements-dynamo.txt" | cut -d' ' -f1)"
-    if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$req_sum" ]; then
-      echo "==> zoo: preparing the dynamo exporter's venv at $venv (a newer torch; a few GB, once)" >&2
-      python3 -m venv "$venv"
-      "$venv/bin/pip" install -q --disable-pip-version-check -r "$zoo_src/requirements-dynamo.txt" >&2
-      echo "$req_sum" > "$venv/.requirements.sha256"
-    fi
+    ensure_venv "$venv" "$zoo_src/requirements-dynamo.txt" "the dynamo exporter's venv (a newer torch)"
     echo "==> zoo: models of torch's dynamo exporter into $out" >&2
     source="$("$venv/bin/python" "$zoo_src/export_dynamo.py" "$out" | tail -n 1)"
     "$py" "$zoo_src/dynamo_zoo.py" "$out" "$source" >&2
@@ -91,13 +97,7 @@ if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$want" ]; then
   echo "$out"
   exit 0
 fi
-req_sum="$(sha256sum "$zoo_src/requirements.txt" | cut -d' ' -f1)"
-if [ ! -x "$cache/venv/bin/python" ] || [ "$(cat "$cache/venv/.requirements.sha256" 2>/dev/null)" != "$req_sum" ]; then
-  echo "==> zoo: preparing the exporters' venv at $cache/venv (torch, torchvision, transformers; a few GB, once)" >&2
-  python3 -m venv "$cache/venv"
-  "$cache/venv/bin/pip" install -q --disable-pip-version-check -r "$zoo_src/requirements.txt" >&2
-  echo "$req_sum" > "$cache/venv/.requirements.sha256"
-fi
+ensure_venv "$cache/venv" "$zoo_src/requirements.txt" "the exporters' venv (torch, torchvision, transformers)"
 mkdir -p "$cache/wheels"
 wheel="$(ls "$cache"/wheels/rapidocr_onnxruntime-1.4.4-*.whl 2>/dev/null | head -1 || true)"
 if [ -z "$wheel" ]; then

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use crate::cpu::buf::Buf;
 use crate::cpu::epilogue::unary_slice;
 use crate::cpu::num::{Num, erf, erf_f32};
-use crate::cpu::quant::linear::quantize_one;
+use crate::cpu::quant::linear::quantize_dequantize_one;
 use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::tensor::DataType;
@@ -45,7 +45,7 @@ pub(crate) fn unary_f32(u: UnaryOp, x: f32) -> f32 {
             zero_point,
             lo,
             hi,
-        } => (quantize_one(x, scale, zero_point, (lo, hi)) - zero_point) as f32 * scale,
+        } => quantize_dequantize_one(x, scale, zero_point, (lo, hi)),
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::LeakyRelu { alpha } => {
             if x >= 0.0 {
@@ -230,7 +230,7 @@ pub(crate) fn unary(u: UnaryOp, x: &Buf) -> Result<Buf> {
     if u.tests_floats() {
         return float_predicate(u, x);
     }
-    if let (UnaryOp::QuantizeDequantize { .. }, false) = (u, matches!(x, Buf::F32(_))) {
+    if matches!(u, UnaryOp::QuantizeDequantize { .. }) && !matches!(x, Buf::F32(_)) {
         // FP32 out, as the pair it replaces (QuantizeLinear also takes FP16, BF16 and INT32)
         return unary(u, &Buf::F32(x.to_f32()));
     }

@@ -15,6 +15,7 @@ use crate::cpu::buf::In;
 use crate::cpu::elementwise::unary_f32;
 use crate::cpu::fastmath;
 use crate::cpu::movement;
+use crate::cpu::quant::linear::quantize_dequantize_one;
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, Epilogue, EpilogueStep, UnaryOp};
@@ -355,10 +356,7 @@ fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
             zero_point,
             lo,
             hi,
-        } => map_rows(rows, |x| {
-            (crate::cpu::quant::linear::quantize_one(x, scale, zero_point, (lo, hi)) - zero_point) as f32
-                * scale
-        }),
+        } => map_rows(rows, |x| quantize_dequantize_one(x, scale, zero_point, (lo, hi))),
         other => map_rows(rows, |x| unary_f32(other, x)),
     }
 }

@@ -121,7 +121,8 @@ pub(crate) fn arg_reduce(x: &[f64], shape: &[usize], axis: usize, max: bool, las
 }
 
 /// Softmax / LogSoftmax of f32 data over `[outer, d, inner]`; with `nan_rows_to_zero`, zeros for a row
-/// whose softmax is NaN (every value −∞, or a NaN or +∞ among them).
+/// whose softmax is NaN (every value −∞, or a NaN or +∞ among them). Such a row is NaN throughout (its
+/// sum is NaN: exp keeps NaN, and −∞ − −∞ is NaN), so its first value tells.
 pub(crate) fn softmax_f32(
     x: &[f32],
     outer: usize,
@@ -162,7 +163,6 @@ pub(crate) fn softmax_f32(
                     blk[k * inner + i] *= inv;
                 }
             }
-            // a NaN row is NaN throughout: its sum is NaN (exp keeps NaN, and −∞ − −∞ is NaN)
             if nan_rows_to_zero && blk[i].is_nan() {
                 (0..d).for_each(|k| blk[k * inner + i] = 0.0);
             }
@@ -174,7 +174,6 @@ pub(crate) fn softmax_f32(
         if inner == 1 {
             softmax_rows(isa, src, dst, d, log);
             if nan_rows_to_zero {
-                // a NaN row is NaN throughout: its sum is NaN (exp keeps NaN, and −∞ − −∞ is NaN)
                 dst.chunks_exact_mut(d)
                     .filter(|out| out[0].is_nan())
                     .for_each(|out| out.fill(0.0));

@@ -63,6 +63,15 @@ pub fn optimise(mut graph: Graph) -> Result<Graph> {
     Ok(graph)
 }
 
+/// The value of a one-element constant, if `v` is one.
+pub(crate) fn scalar(g: &Graph, v: Option<ValueId>) -> Option<f64> {
+    let t = g.constants.get(&v?)?;
+    if t.len() != 1 {
+        return None;
+    }
+    t.to_f64_vec().ok()?.first().copied()
+}
+
 /// What the rewrites of a sweep read about the graph: how often each value is read and which node produces
 /// it. Recomputed after every rewrite, so each rewrite's checks see the graph as it is.
 pub(crate) struct Facts {

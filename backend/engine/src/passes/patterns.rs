@@ -2,15 +2,7 @@
 
 use crate::error::Result;
 use crate::ir::{BinaryOp, Graph, Node, Op, ReduceOp, UnaryOp, ValueId};
-use crate::passes::{is_output, sweep};
-
-fn scalar(g: &Graph, v: Option<ValueId>) -> Option<f64> {
-    let t = g.constants.get(&v?)?;
-    if t.len() != 1 {
-        return None;
-    }
-    t.to_f64_vec().ok()?.first().copied()
-}
+use crate::passes::{is_output, scalar, sweep};
 
 fn node<'a>(
     g: &'a Graph,
@@ -372,6 +364,7 @@ pub(crate) fn safe_softmax(g: &mut Graph) -> Result<bool> {
         let (first, second) = if ni > wi { (ni, wi) } else { (wi, ni) };
         g.nodes.remove(first);
         g.nodes.remove(second);
-        Ok(Some(si.min(second)))
+        // both read the Softmax, so they came after it: its index stands
+        Ok(Some(si))
     })
 }

@@ -13,7 +13,7 @@
 use crate::cpu::quant::linear::int_range;
 use crate::error::Result;
 use crate::ir::{Graph, Op, QuantOp, UnaryOp, ValueId};
-use crate::passes::{Facts, is_output, sweep};
+use crate::passes::{Facts, is_output, scalar, sweep};
 use crate::tensor::DataType;
 
 /// Every DequantizeLinear of a QuantizeLinear's codes, FP32 in and out, with the same scale and zero
@@ -87,28 +87,22 @@ fn matched(g: &Graph, facts: &Facts, i: usize) -> Option<Fused> {
     if q_axis != axis && !(scale.len() == 1 && *block_size == 0) {
         return None;
     }
-    let (lo, hi) = int_range(codes).ok()?;
-    if let (1, Some(scale)) = (
-        scale.len(),
-        scale.to_f64_vec().ok().and_then(|v| v.first().copied()),
-    ) {
-        let zero_point = match zero_point {
-            None => Some(0.0),
-            Some(z) if z.len() == 1 => z.to_f64_vec().ok().and_then(|v| v.first().copied()),
-            Some(_) => None,
-        };
-        if let Some(zero_point) = zero_point {
-            return Some(Fused {
-                quantize: qi,
-                op: Op::Unary(UnaryOp::QuantizeDequantize {
-                    scale: scale as f32,
-                    zero_point: zero_point as i32,
-                    lo,
-                    hi,
-                }),
-                inputs: vec![q.input(0)],
-            });
-        }
+    let one_zero_point = match q.input(2) {
+        None => Some(0.0),
+        z => scalar(g, z),
+    };
+    if let (Some(scale), Some(zero_point)) = (scalar(g, q.input(1)), one_zero_point) {
+        let (lo, hi) = int_range(codes).ok()?;
+        return Some(Fused {
+            quantize: qi,
+            op: Op::Unary(UnaryOp::QuantizeDequantize {
+                scale: scale as f32,
+                zero_point: zero_point as i32,
+                lo,
+                hi,
+            }),
+            inputs: vec![q.input(0)],
+        });
     }
     Some(Fused {
         quantize: qi,

@@ -150,6 +150,12 @@ pub(crate) fn quantize_one(x: f32, scale: f32, zero_point: i32, range: (i32, i32
     round_saturate(x / scale, zero_point, range)
 }
 
+/// QuantizeLinear then DequantizeLinear of one value: its code's value, back in FP32.
+#[inline(always)]
+pub(crate) fn quantize_dequantize_one(x: f32, scale: f32, zero_point: i32, range: (i32, i32)) -> f32 {
+    (quantize_one(x, scale, zero_point, range) - zero_point) as f32 * scale
+}
+
 /// saturate(round_half_even(v) + zero_point): [`quantize_one`] of the quotient `v = x / scale`.
 #[inline(always)]
 pub(super) fn round_saturate(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
@@ -518,7 +524,7 @@ pub(crate) fn quantize_dequantize(
         for (j, i) in r.enumerate() {
             let q = p + j * step;
             let z = zero_point.map_or(0, |z| z[q]);
-            y[i] = (quantize_one(x[i], scale[q], z, range) - z) as f32 * scale[q];
+            y[i] = quantize_dequantize_one(x[i], scale[q], z, range);
         }
     });
     y
