@@ -86,7 +86,7 @@ pub(crate) fn conv_i32(x: &[i16], w: &[i16], g: &ConvGeom) -> Vec<i32> {
                 let xc = &x[x0 + ci * in_size..x0 + (ci + 1) * in_size];
                 for kp in 0..k_size {
                     let dst = &mut cols[(ci * k_size + kp) * out_size..(ci * k_size + kp + 1) * out_size];
-                    taps.fill(kp, xc, 0, dst);
+                    taps.fill(kp, xc, 0, 0, dst);
                 }
             }
             let w_g = &w[grp * mg * rows..(grp + 1) * mg * rows];
@@ -159,30 +159,41 @@ impl Taps {
     }
 
     /// Kernel position `kp`'s row of the im2col matrix (a value per output position) from one
-    /// channel's input `xc` into `dst`, `pad` where the window lies in the padding.
-    pub(super) fn fill<T: Copy>(&self, kp: usize, xc: &[T], pad: T, dst: &mut [T]) {
+    /// channel's input `xc` into `dst`, for the output positions `first..first + dst.len()`, `pad`
+    /// where the window lies in the padding.
+    pub(super) fn fill<T: Copy>(&self, kp: usize, xc: &[T], pad: T, first: usize, dst: &mut [T]) {
         match self {
             Taps::Plane(p) => {
+                let ow = p.ow.max(1);
                 let (ky, kx) = (kp / p.kw, kp % p.kw);
                 let [sh, sw] = p.strides;
                 let dy = (ky * p.dilations[0]) as isize - p.pads[0] as isize;
                 let dx = (kx * p.dilations[1]) as isize - p.pads[1] as isize;
-                let cols = valid_columns(p.ow, sw, dx, p.iw);
-                for (oy, row) in dst.chunks_exact_mut(p.ow.max(1)).enumerate() {
+                let valid = valid_columns(p.ow, sw, dx, p.iw);
+                let end = first + dst.len();
+                // each output row's part of the range: columns c0..c1 of row oy into dst[at..]
+                let mut at = 0;
+                while at < dst.len() {
+                    let pos = first + at;
+                    let (oy, c0) = (pos / ow, pos % ow);
+                    let c1 = ow.min(c0 + (end - pos));
+                    let row = &mut dst[at..at + (c1 - c0)];
+                    at += c1 - c0;
                     let iy = (oy * sh) as isize + dy;
+                    let cols = valid.start.clamp(c0, c1)..valid.end.clamp(c0, c1);
                     if iy < 0 || iy >= p.ih as isize || cols.is_empty() {
                         row.fill(pad);
                         continue;
                     }
                     let src = &xc[iy as usize * p.iw..(iy as usize + 1) * p.iw];
-                    row[..cols.start].fill(pad);
-                    row[cols.end..].fill(pad);
-                    let first = ((cols.start * sw) as isize + dx) as usize;
-                    strided_copy(&mut row[cols.clone()], src, sw, first);
+                    row[..cols.start - c0].fill(pad);
+                    row[cols.end - c0..].fill(pad);
+                    let from = ((cols.start * sw) as isize + dx) as usize;
+                    strided_copy(&mut row[cols.start - c0..cols.end - c0], src, sw, from);
                 }
             }
             Taps::Table { table, out_size } => {
-                let sources = &table[kp * out_size..(kp + 1) * out_size];
+                let sources = &table[kp * out_size + first..][..dst.len()];
                 for (d, src) in dst.iter_mut().zip(sources) {
                     *d = src.map_or(pad, |s| xc[s]);
                 }

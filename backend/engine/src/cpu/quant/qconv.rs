@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::igemm::{ConvGeom, Taps};
-use super::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm};
+use super::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm, qgemm_one_thread};
 
 /// The filters of a convolution packed per group, as the left operands of its products.
 #[derive(Debug, Clone)]
@@ -34,8 +34,16 @@ impl PackedFilters {
     }
 }
 
+/// Output positions per task, at least, when one image's convolution is split over the pool by
+/// positions: a few hundred keep each task's packing and tiles long enough to pay for the split.
+const STRIP_MIN: usize = 256;
+
 /// `y[n, m, out…]` of the codes `x [n, c, in…]` with zero point `x_zp` and the packed filters with
 /// zero points `w_zp` (one, or one per output channel).
+///
+/// A batch runs its images on the pool's threads. Fewer images than threads split each image's
+/// output positions into strips, each packed and multiplied by one task: packing the im2col matrix
+/// is most of the work of a convolution with few filters (a network's first, K = 27).
 pub(crate) fn conv_q(
     kernel: QKernel,
     x: Codes<'_>,
@@ -48,46 +56,137 @@ pub(crate) fn conv_q(
     let out_size: usize = g.output.iter().product();
     let k_size: usize = g.kernel.iter().product();
     let (cg, mg) = (g.c / g.group, g.m / g.group);
-    let rows = cg * k_size;
-    let mut y = vec![0i32; g.n * g.m * out_size];
     // a 1×1 convolution with unit strides and no padding reads the image as it is
     let pointwise = k_size == 1 && g.strides.iter().all(|&s| s == 1) && g.pad_begin.iter().all(|&p| p == 0);
-    let taps = (!pointwise).then(|| Taps::new(g));
-    // padding holds the zero point's code, so that it adds nothing once centred
-    let pad = x_zp as u8;
-    let x_bits = x.bits();
-    let image = |(img, y_img): (usize, &mut [i32])| {
-        for (grp, filters) in w.groups.iter().enumerate() {
-            let x0 = (img * g.c + grp * cg) * in_size;
-            let cols =
-                PackedRight::pack_rows(kernel, rows, out_size, x.signed(), filters.signed(), |p, dst| {
-                    let (ci, kp) = (p / k_size, p % k_size);
-                    let xc = &x_bits[x0 + ci * in_size..x0 + (ci + 1) * in_size];
-                    match &taps {
-                        None => dst.copy_from_slice(xc),
-                        Some(taps) => taps.fill(kp, xc, pad, dst),
-                    }
-                });
-            let zp = if w_zp.len() == 1 {
-                w_zp
-            } else {
-                &w_zp[grp * mg..(grp + 1) * mg]
-            };
-            qgemm(
-                filters,
-                &cols,
-                zp,
-                &[x_zp],
-                &mut y_img[grp * mg * out_size..(grp + 1) * mg * out_size],
-            );
-        }
+    let src = Im2col {
+        kernel,
+        x,
+        x_zp,
+        taps: (!pointwise).then(|| Taps::new(g)),
+        in_size,
+        k_size,
+        cg,
+        c: g.c,
     };
-    // the images of a batch on the pool's threads, each image's (small) products inside one task
+    let mut y = vec![0i32; g.n * g.m * out_size];
     let image_len = (g.m * out_size).max(1);
-    if g.n > 1 && rayon::current_num_threads() > 1 {
-        y.par_chunks_mut(image_len).enumerate().for_each(image);
-    } else {
-        y.chunks_mut(image_len).enumerate().for_each(image);
+    let threads = rayon::current_num_threads();
+    let strips = strip_count(out_size, kernel.nr(), threads);
+    if g.n >= threads || strips == 1 {
+        // whole images, on the pool's threads when there are several (each image's products
+        // inside one task), else one image after another with products that may spread
+        let images_parallel = g.n > 1 && threads > 1;
+        let image = |(img, y_img): (usize, &mut [i32])| {
+            for (grp, filters) in w.groups.iter().enumerate() {
+                let zp = group_zero_points(w_zp, grp, mg);
+                let dst = &mut y_img[grp * mg * out_size..(grp + 1) * mg * out_size];
+                src.product(filters, zp, img, grp, 0..out_size, dst, !images_parallel);
+            }
+        };
+        if images_parallel {
+            y.par_chunks_mut(image_len).enumerate().for_each(image);
+        } else {
+            y.chunks_mut(image_len).enumerate().for_each(image);
+        }
+        return y;
+    }
+    // strips of positions: each task's products into a block of its own, copied into y after
+    let per = out_size.div_ceil(strips).next_multiple_of(kernel.nr());
+    let tasks: Vec<(usize, usize, usize)> = (0..g.n)
+        .flat_map(|img| (0..w.groups.len()).map(move |grp| (img, grp)))
+        .flat_map(|(img, grp)| (0..out_size.div_ceil(per)).map(move |s| (img, grp, s * per)))
+        .collect();
+    let blocks: Vec<Vec<i32>> = tasks
+        .par_iter()
+        .map(|&(img, grp, first)| {
+            let cols = first..(first + per).min(out_size);
+            let mut block = vec![0i32; mg * cols.len()];
+            let zp = group_zero_points(w_zp, grp, mg);
+            src.product(&w.groups[grp], zp, img, grp, cols, &mut block, false);
+            block
+        })
+        .collect();
+    for (&(img, grp, first), block) in tasks.iter().zip(&blocks) {
+        let width = block.len() / mg.max(1);
+        let y0 = img * image_len + grp * mg * out_size + first;
+        for (i, row) in block.chunks_exact(width.max(1)).enumerate() {
+            y[y0 + i * out_size..][..width].copy_from_slice(row);
+        }
     }
     y
+}
+
+/// How many strips of positions one image's products split into over `threads` threads: one
+/// (no split) below two strips of [`STRIP_MIN`] positions, else up to two per thread.
+fn strip_count(out_size: usize, nr: usize, threads: usize) -> usize {
+    if threads < 2 {
+        return 1;
+    }
+    (out_size / STRIP_MIN.next_multiple_of(nr)).clamp(1, 2 * threads)
+}
+
+/// The filters' zero points of group `grp` (`mg` filters): the one of them all, or the group's.
+fn group_zero_points(w_zp: &[i32], grp: usize, mg: usize) -> &[i32] {
+    if w_zp.len() == 1 {
+        w_zp
+    } else {
+        &w_zp[grp * mg..(grp + 1) * mg]
+    }
+}
+
+/// The input of a convolution read as each image's and group's im2col matrix of codes.
+struct Im2col<'a> {
+    kernel: QKernel,
+    x: Codes<'a>,
+    x_zp: i32,
+    /// `None` for a 1×1 convolution that reads the image as it is
+    taps: Option<Taps>,
+    in_size: usize,
+    k_size: usize,
+    /// input channels per group, and in all
+    cg: usize,
+    c: usize,
+}
+
+impl Im2col<'_> {
+    /// The product of group `grp`'s `filters` with image `img`'s im2col columns `cols` (output
+    /// positions) into `dst` (`mg × cols.len()`), on the pool's threads when `parallel`.
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &self,
+        filters: &PackedLeft,
+        w_zp: &[i32],
+        img: usize,
+        grp: usize,
+        cols: std::ops::Range<usize>,
+        dst: &mut [i32],
+        parallel: bool,
+    ) {
+        let (in_size, k_size) = (self.in_size, self.k_size);
+        let rows = self.cg * k_size;
+        let x0 = (img * self.c + grp * self.cg) * in_size;
+        // padding holds the zero point's code, so that it adds nothing once centred
+        let pad = self.x_zp as u8;
+        let bits = self.x.bits();
+        let right = PackedRight::pack_rows(
+            self.kernel,
+            rows,
+            cols.len(),
+            self.x.signed(),
+            filters.signed(),
+            |p, row| {
+                let (ci, kp) = (p / k_size, p % k_size);
+                let xc = &bits[x0 + ci * in_size..x0 + (ci + 1) * in_size];
+                match &self.taps {
+                    None => row.copy_from_slice(&xc[cols.clone()]),
+                    Some(taps) => taps.fill(kp, xc, pad, cols.start, row),
+                }
+            },
+        );
+        if parallel {
+            qgemm(filters, &right, w_zp, &[self.x_zp], dst);
+        } else {
+            qgemm_one_thread(filters, &right, w_zp, &[self.x_zp], dst);
+        }
+    }
 }

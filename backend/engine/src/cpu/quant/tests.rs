@@ -375,12 +375,27 @@ fn plane_im2col_rows_match_the_nd_table() {
         let out_size = output[0] * output[1];
         for kp in 0..kernel[0] * kernel[1] {
             let (mut got, mut want) = (vec![-7; out_size], vec![-9; out_size]);
-            a.fill(kp, &xc, 0, &mut got);
-            b.fill(kp, &xc, 0, &mut want);
+            a.fill(kp, &xc, 0, 0, &mut got);
+            b.fill(kp, &xc, 0, 0, &mut want);
             assert_eq!(
                 got, want,
                 "input {input:?} kernel {kernel:?} strides {strides:?} pads {pads:?} tap {kp}"
             );
+            // the same row filled in pieces that start and end inside output rows (a strip of
+            // positions per task), from either kind of taps
+            for taps in [&a, &b] {
+                let mut pieces = vec![-5; out_size];
+                let mut first = 0;
+                for len in [1, output[1] + 1, 2, 3 * output[1] - 1].iter().cycle() {
+                    if first == out_size {
+                        break;
+                    }
+                    let len = (*len).min(out_size - first);
+                    taps.fill(kp, &xc, 0, first, &mut pieces[first..first + len]);
+                    first += len;
+                }
+                assert_eq!(pieces, want, "pieces: input {input:?} kernel {kernel:?} tap {kp}");
+            }
         }
     }
 }

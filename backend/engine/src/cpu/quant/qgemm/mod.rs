@@ -71,7 +71,7 @@ impl QKernel {
     }
 
     /// Columns of a right panel.
-    fn nr(self) -> usize {
+    pub(super) fn nr(self) -> usize {
         match self {
             QKernel::Vnni => 32,
             QKernel::Avx2 => 8,
@@ -324,6 +324,16 @@ pub(super) fn value(b: u8, signed: bool) -> i32 {
 /// # Panics
 /// When the operands were packed for different kernels, or their k or types do not fit.
 pub(crate) fn qgemm(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32]) {
+    product(l, r, zl, zr, c, true);
+}
+
+/// [`qgemm`] on the calling thread alone (a task that is already one of several).
+pub(crate) fn qgemm_one_thread(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32]) {
+    product(l, r, zl, zr, c, false);
+}
+
+/// [`qgemm`], over the pool's threads when `parallel` and the product is large enough.
+fn product(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32], parallel: bool) {
     assert!(
         l.kernel == r.kernel && l.k == r.k && r.signed != l.signed,
         "qgemm: operands packed for different products"
@@ -347,7 +357,7 @@ pub(crate) fn qgemm(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: 
     };
     let (mr, nr) = (l.kernel.mr(), l.kernel.nr());
     let (row_panels, col_panels) = (m.div_ceil(mr), n.div_ceil(nr));
-    let threads = rayon::current_num_threads();
+    let threads = if parallel { rayon::current_num_threads() } else { 1 };
     if m * n * k < PARALLEL_FROM || threads == 1 {
         for (p, rows) in c.chunks_mut(mr * n).enumerate() {
             block(l, r, &fix, p, 0..col_panels, rows, n, 0);

@@ -126,19 +126,52 @@ fn qgemm_wraps_past_the_i32_range_as_the_reference_does() {
     }
 }
 
+/// A convolution's geometry for [`conv_q_matches`]: images, channels, filters, groups, input,
+/// kernel, strides, pads, dilations.
+type Geom = (
+    usize,
+    usize,
+    usize,
+    usize,
+    [usize; 2],
+    [usize; 2],
+    [usize; 2],
+    [usize; 2],
+    [usize; 2],
+);
+
 #[test]
 fn conv_q_matches_the_reference_convolution() {
-    let mut rng = Rng(4242);
-    let geoms = [
+    conv_q_matches(&[
         // 3×3, pad 1, stride 1: the common layer
         (1, 3, 8, 1, [7, 9], [3, 3], [1, 1], [1, 1], [1, 1]),
         // two groups, stride 2, dilation 2, two images, one padded side
         (2, 4, 6, 2, [6, 5], [2, 2], [2, 1], [1, 0], [2, 2]),
         // 1×1 with more channels than a k group
         (1, 10, 5, 1, [3, 4], [1, 1], [1, 1], [0, 0], [1, 1]),
-    ];
+    ]);
+}
+
+/// Fewer images than threads and hundreds of positions: each image's positions split into strips
+/// that start and end inside output rows (875 positions, rows of 35), one task each.
+#[test]
+fn conv_q_split_into_strips_of_positions_matches_the_reference() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+    pool.install(|| {
+        conv_q_matches(&[
+            // a network's first layer: 3 channels, 3×3, stride 2
+            (1, 3, 8, 1, [50, 70], [3, 3], [2, 2], [1, 1], [1, 1]),
+            // two images of two groups, and a 1×1 that reads the image as it is
+            (2, 4, 6, 2, [50, 70], [3, 3], [2, 2], [1, 1], [1, 1]),
+            (1, 5, 7, 1, [25, 35], [1, 1], [1, 1], [0, 0], [1, 1]),
+        ]);
+    });
+}
+
+fn conv_q_matches(geoms: &[Geom]) {
+    let mut rng = Rng(4242);
     for kernel in kernels() {
-        for (n, c, m, group, input, kernel_dims, strides, pads, dil) in geoms {
+        for &(n, c, m, group, input, kernel_dims, strides, pads, dil) in geoms {
             let output: Vec<usize> = (0..2)
                 .map(|d| (input[d] + 2 * pads[d] - dil[d] * (kernel_dims[d] - 1) - 1) / strides[d] + 1)
                 .collect();
