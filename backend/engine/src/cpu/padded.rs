@@ -178,3 +178,62 @@ pub(crate) fn copy_row(dst: &mut [f32], src: &[f32]) {
         *d = *s;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value of the padded copy is the one the layout defines (module docs): the input's value
+    /// at (r − pt, j·stride + q − pl), or the pad; strides 1–3, even and odd pads, pads wider than
+    /// the kernel, and rows and columns the windows never read.
+    #[test]
+    fn padded_planes_hold_the_defined_values() {
+        // (input, output, kernel, strides, pads (top, left))
+        let cases = [
+            ([9, 12], [5, 6], [3, 3], [2, 2], [1, 1]),
+            ([9, 13], [5, 7], [3, 3], [2, 2], [1, 1]),
+            ([8, 11], [4, 4], [5, 5], [2, 2], [2, 2]),
+            ([7, 7], [3, 3], [1, 1], [2, 2], [0, 0]),
+            ([6, 10], [7, 9], [3, 3], [2, 2], [5, 6]),
+            ([7, 9], [7, 9], [3, 3], [1, 1], [1, 1]),
+            ([10, 14], [4, 5], [3, 3], [3, 3], [1, 2]),
+        ];
+        for (input, output, kernel, strides, pads) in cases {
+            let w = Window::new(&input, &output, &kernel, &strides, &[1, 1], &pads);
+            let pp = PadPlane::new(&w, 3);
+            let src: Vec<f32> = (0..input[0] * input[1]).map(|v| v as f32 + 1.0).collect();
+            for fresh in [true, false] {
+                let mut dst = vec![-1.0; pp.len()];
+                pp.fill(&src, 0.0, true, &mut dst);
+                if !fresh {
+                    // a second plane into the same scratch writes the input's values only
+                    let twice: Vec<f32> = src.iter().map(|v| v * 2.0).collect();
+                    pp.fill(&twice, 0.0, false, &mut dst);
+                }
+                let scale = if fresh { 1.0 } else { 2.0 };
+                for r in 0..pp.rows {
+                    for q in 0..pp.sw {
+                        for j in 0..pp.pw {
+                            let (iy, ix) = (
+                                r as isize - pp.pt as isize,
+                                (j * pp.sw + q) as isize - pp.pl as isize,
+                            );
+                            let inside =
+                                (0..input[0] as isize).contains(&iy) && (0..input[1] as isize).contains(&ix);
+                            let want = if inside {
+                                src[iy as usize * input[1] + ix as usize] * scale
+                            } else {
+                                0.0
+                            };
+                            let got = dst[(r * pp.sw + q) * pp.pw + j];
+                            assert_eq!(
+                                got, want,
+                                "{input:?} {kernel:?} {strides:?} {pads:?} row {r} phase {q} column {j}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
