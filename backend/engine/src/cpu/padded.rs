@@ -112,15 +112,22 @@ impl PadPlane {
             dst.fill(pad);
         }
         let (sw, pw) = (self.sw, self.pw);
+        // each phase's columns taken from the input, and the input column of the first: the same
+        // for every row (computed once: they take divisions, and a plane has a hundred rows)
+        let phases: Vec<(usize, usize, usize)> = (0..sw)
+            .map(|q| {
+                let (lo, hi) = valid_range(sw, q, self.pl, self.iw, pw);
+                (lo, hi, (lo * sw + q).saturating_sub(self.pl))
+            })
+            .collect();
         for r in 0..self.rows {
             let Some(iy) = r.checked_sub(self.pt).filter(|&iy| iy < self.ih) else {
                 continue;
             };
             let srow = &src[iy * self.iw..(iy + 1) * self.iw];
-            for q in 0..sw {
-                let (lo, hi) = valid_range(sw, q, self.pl, self.iw, pw);
+            for (q, &(lo, hi, first)) in phases.iter().enumerate() {
                 let drow = &mut dst[(r * sw + q) * pw..(r * sw + q + 1) * pw];
-                strided_copy(&mut drow[lo..hi], srow, sw, (lo * sw + q).saturating_sub(self.pl));
+                strided_copy(&mut drow[lo..hi], srow, sw, first);
             }
         }
     }
