@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::igemm::{ConvGeom, Taps};
-use super::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm, qgemm_one_thread};
+use super::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm, qgemm_one_thread, write_columns};
 
 /// The filters of a convolution packed per group, as the left operands of its products.
 #[derive(Debug, Clone)]
@@ -107,11 +107,8 @@ pub(crate) fn conv_q(
         })
         .collect();
     for (&(img, grp, first), block) in tasks.iter().zip(&blocks) {
-        let width = block.len() / mg.max(1);
-        let y0 = img * image_len + grp * mg * out_size + first;
-        for (i, row) in block.chunks_exact(width.max(1)).enumerate() {
-            y[y0 + i * out_size..][..width].copy_from_slice(row);
-        }
+        let group_out = &mut y[img * image_len + grp * mg * out_size..][..mg * out_size];
+        write_columns(group_out, out_size, first, block, mg);
     }
     y
 }

@@ -381,11 +381,17 @@ fn product(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32
             })
             .collect();
         for (j0, out) in tasks {
-            let w = out.len() / m;
-            for (dst, src) in c.chunks_mut(n).zip(out.chunks(w)) {
-                dst[j0..j0 + w].copy_from_slice(src);
-            }
+            write_columns(c, n, j0, &out, m);
         }
+    }
+}
+
+/// Writes `block` (`rows` rows of a task's columns, row-major) into columns `j0…` of the matrix `c`
+/// whose rows are `ld` values apart.
+pub(super) fn write_columns(c: &mut [i32], ld: usize, j0: usize, block: &[i32], rows: usize) {
+    let width = block.len() / rows.max(1);
+    for (i, row) in block.chunks_exact(width.max(1)).enumerate() {
+        c[i * ld + j0..][..width].copy_from_slice(row);
     }
 }
 
