@@ -1,36 +1,33 @@
-//! Reuse of f32 output buffers between the nodes of a run and between runs, per thread: a buffer
-//! freed after its value's last use is handed to the next kernel that needs one of about its size,
-//! so large activations are neither zeroed nor faulted in again.
+//! Reuse of f32 buffers between the nodes of a run and between runs: a buffer freed after its
+//! value's last use is handed to the next kernel that needs one of about its size, so large
+//! activations are neither zeroed nor faulted in again.
+//!
+//! One pool serves every thread. A value is often taken on one thread (a kernel's task) and freed
+//! on another (the executor, after its last use); per-thread lists filled up on the freeing side
+//! with large buffers while the other side missed on every run, and each miss zeroed fresh memory.
 //!
 //! A taken buffer holds stale (initialised) values; kernels that take one write every element.
 
-use std::cell::RefCell;
+use std::sync::Mutex;
 
-/// Buffers kept per thread, at most.
-const MAX_BUFFERS: usize = 32;
-/// Values kept per thread, at most (128 MiB).
+/// Buffers kept, at most.
+const MAX_BUFFERS: usize = 64;
+/// Values kept, at most (128 MiB).
 const MAX_VALUES: usize = 1 << 25;
 
-thread_local! {
-    static FREE: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
-}
+static POOL: Mutex<Pool> = Mutex::new(Pool::new());
 
 /// A buffer of `n` values with unspecified contents (the caller overwrites all of them).
 pub(crate) fn take(n: usize) -> Vec<f32> {
-    let found = FREE.with(|f| {
-        let mut f = f.borrow_mut();
-        // the smallest buffer that holds n values without wasting more than half of it
-        let best = f
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.capacity() >= n && v.capacity() <= 2 * n.max(1))
-            .min_by_key(|(_, v)| v.capacity())
-            .map(|(i, _)| i);
-        best.map(|i| f.swap_remove(i))
-    });
+    let found = POOL.lock().unwrap_or_else(|e| e.into_inner()).take(n);
+    sized(found, n)
+}
+
+/// `found` at length `n` (values past its old length zeroed, the others kept), or a fresh zeroed
+/// buffer; outside the pool's lock.
+fn sized(found: Option<Vec<f32>>, n: usize) -> Vec<f32> {
     match found {
         Some(mut v) => {
-            // values past the old length are zeroed, the others kept
             v.resize(n, 0.0);
             v
         }
@@ -38,25 +35,56 @@ pub(crate) fn take(n: usize) -> Vec<f32> {
     }
 }
 
-/// Give a buffer back for later [`take`]s on this thread.
+/// Give a buffer back for later [`take`]s.
 pub(crate) fn give(v: Vec<f32>) {
     if v.len() < 1024 {
         return;
     }
-    FREE.with(|f| {
-        let mut f = f.borrow_mut();
-        let held: usize = f.iter().map(Vec::capacity).sum();
-        if f.len() >= MAX_BUFFERS || held + v.capacity() > MAX_VALUES {
-            // keep the larger buffers: they are the expensive ones to fault in
-            if let Some((i, _)) = f.iter().enumerate().min_by_key(|(_, b)| b.capacity())
-                && f[i].capacity() < v.capacity()
-            {
-                f[i] = v;
-            }
+    POOL.lock().unwrap_or_else(|e| e.into_inner()).give(v);
+}
+
+/// Free buffers, the least recently given first, and the values they hold.
+struct Pool {
+    free: Vec<Vec<f32>>,
+    values: usize,
+}
+
+impl Pool {
+    const fn new() -> Pool {
+        Pool {
+            free: Vec::new(),
+            values: 0,
+        }
+    }
+
+    /// The buffer for `n` values: the smallest that holds them without wasting more than half of
+    /// it, one whose length already covers `n` first (nothing to zero), the most recent of equals.
+    fn take(&mut self, n: usize) -> Option<Vec<f32>> {
+        let best = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= n && v.capacity() <= 2 * n.max(1))
+            .min_by_key(|&(i, v)| (v.len() < n, v.capacity(), usize::MAX - i))
+            .map(|(i, _)| i)?;
+        let v = self.free.remove(best);
+        self.values -= v.capacity();
+        Some(v)
+    }
+
+    /// Keep `v`; past the bounds, the least recently given buffers go first (a workload that
+    /// changed leaves its sizes behind; the current one gives its buffers back every run).
+    fn give(&mut self, v: Vec<f32>) {
+        if v.capacity() > MAX_VALUES {
             return;
         }
-        f.push(v);
-    });
+        self.values += v.capacity();
+        self.free.push(v);
+        while self.free.len() > MAX_BUFFERS || self.values > MAX_VALUES {
+            let old = self.free.remove(0);
+            self.values -= old.capacity();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -65,27 +93,78 @@ mod tests {
 
     #[test]
     fn buffers_come_back_at_the_size_asked_for() {
-        let mut a = take(5000);
+        let mut pool = Pool::new();
+        let mut a = sized(pool.take(5000), 5000);
         assert_eq!(a.len(), 5000);
         a.iter_mut().for_each(|v| *v = 7.0);
         let ptr = a.as_ptr();
-        give(a);
+        pool.give(a);
         // about the same size: the same memory, truncated, contents stale
-        let b = take(4000);
+        let b = sized(pool.take(4000), 4000);
         assert_eq!((b.len(), b.as_ptr()), (4000, ptr));
         assert!(b.iter().all(|&v| v == 7.0));
-        give(b);
-        // much smaller: a fresh buffer (the large one is kept for large requests)
-        let c = take(100);
-        assert_ne!(c.as_ptr(), ptr);
-        assert!(c.iter().all(|&v| v == 0.0));
-        // larger than any kept: fresh and zeroed
-        let d = take(11000);
-        assert_eq!(d.len(), 11000);
-        assert!(d.iter().all(|&v| v == 0.0));
+        pool.give(b);
+        // much smaller: none (the large one is kept for large requests)
+        assert!(pool.take(100).is_none());
+        // larger than any kept: none
+        assert!(pool.take(11000).is_none());
         // within the kept capacity: the same memory, zeros past what was kept
-        let e = take(4500);
+        let e = sized(pool.take(4500), 4500);
         assert_eq!(e.as_ptr(), ptr);
         assert!(e[..4000].iter().all(|&v| v == 7.0) && e[4000..].iter().all(|&v| v == 0.0));
+        assert_eq!(pool.values, 0);
+    }
+
+    /// Of two buffers that fit, the one long enough already is taken (nothing to zero); past
+    /// the bounds the least recently given go first, whatever their size.
+    #[test]
+    fn the_pool_prefers_buffers_to_reuse_as_they_are_and_forgets_the_oldest() {
+        let mut pool = Pool::new();
+        let mut short = vec![1.0f32; 6000];
+        short.truncate(3000);
+        let long = vec![2.0f32; 5000];
+        let long_ptr = long.as_ptr();
+        pool.give(short);
+        pool.give(long);
+        let got = pool.take(4000).expect("a buffer fits");
+        assert_eq!((got.as_ptr(), got.len()), (long_ptr, 5000));
+
+        let mut pool = Pool::new();
+        let big = vec![0f32; 1 << 20];
+        let big_ptr = big.as_ptr();
+        pool.give(big);
+        for _ in 0..MAX_BUFFERS {
+            pool.give(vec![0f32; 2048]);
+        }
+        assert_eq!(pool.free.len(), MAX_BUFFERS);
+        assert!(
+            pool.free.iter().all(|v| v.as_ptr() != big_ptr),
+            "the oldest buffer was kept"
+        );
+        assert_eq!(pool.values, MAX_BUFFERS * 2048);
+        pool.give(vec![0f32; MAX_VALUES + 1]);
+        assert_eq!(
+            pool.values,
+            MAX_BUFFERS * 2048,
+            "a buffer over the bound was kept"
+        );
+    }
+
+    /// A buffer freed on one thread serves a request on another (the process-wide pool; a size
+    /// no other test asks for).
+    #[test]
+    fn a_buffer_given_on_one_thread_is_taken_on_another() {
+        const N: usize = 3_333_331;
+        let ptr = std::thread::spawn(|| {
+            let v = take(N);
+            let ptr = v.as_ptr() as usize;
+            give(v);
+            ptr
+        })
+        .join()
+        .unwrap();
+        let v = take(N);
+        assert_eq!(v.as_ptr() as usize, ptr);
+        give(v);
     }
 }

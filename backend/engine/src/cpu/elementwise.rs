@@ -236,11 +236,18 @@ pub(crate) fn unary(u: UnaryOp, x: &Buf) -> Result<Buf> {
     }
     Ok(match x {
         Buf::F32(v) => {
-            let mut y = v.clone();
+            // a piece at a time: copied into a reused buffer, then mapped while in cache
+            let mut y = crate::cpu::arena::take(v.len());
+            let map = |(y, v): (&mut [f32], &[f32])| {
+                y.copy_from_slice(v);
+                unary_slice(u, y);
+            };
             if y.len() >= PAR_MIN {
-                y.par_chunks_mut(PAR_MIN / 4).for_each(|c| unary_slice(u, c));
+                y.par_chunks_mut(PAR_MIN / 4)
+                    .zip(v.par_chunks(PAR_MIN / 4))
+                    .for_each(map);
             } else {
-                unary_slice(u, &mut y);
+                map((&mut y, v));
             }
             Buf::F32(y)
         }
@@ -260,6 +267,16 @@ pub(crate) fn unary(u: UnaryOp, x: &Buf) -> Result<Buf> {
             return Err(EngineError::unsupported(format!("{u:?} on {}", other.dtype())));
         }
     })
+}
+
+/// A float unary op (not a test: `!u.tests_floats()`) on every value of `y`, in place; pieces on
+/// the pool's threads when large.
+pub(crate) fn unary_in_place(u: UnaryOp, y: &mut [f32]) {
+    if y.len() >= PAR_MIN {
+        y.par_chunks_mut(PAR_MIN / 4).for_each(|c| unary_slice(u, c));
+    } else {
+        unary_slice(u, y);
+    }
 }
 
 /// IsNaN and IsInf: a BOOL per element of a float buffer.

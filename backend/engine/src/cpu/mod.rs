@@ -502,6 +502,27 @@ fn stack_outputs(one: &CpuPlan, per_sample: &[Vec<Tensor>]) -> Result<Vec<Tensor
         .collect()
 }
 
+/// The buffer of `node`'s first input, taken out of its slot, when this node is its last use, the
+/// node reads it once and the run owns it (not a constant).
+fn take_at_last_use(
+    plan: &CpuPlan,
+    slots: &mut [Option<Slot>],
+    node: &crate::ir::Node,
+    ni: usize,
+) -> Option<Buf> {
+    let src = node.input(0)?;
+    if plan.last_use[src.0] != Some(ni)
+        || !matches!(slots[src.0], Some(Slot::Owned(_)))
+        || node.inputs.iter().flatten().filter(|v| **v == src).count() != 1
+    {
+        return None;
+    }
+    match slots[src.0].take() {
+        Some(Slot::Owned(b)) => Some(b),
+        _ => None,
+    }
+}
+
 /// Run `plan` on `inputs` (in signature order); with `times`, push each node's wall time there.
 fn execute(plan: &CpuPlan, inputs: &[Tensor], mut times: Option<&mut Vec<Duration>>) -> Result<Vec<Tensor>> {
     let g = &plan.graph;
@@ -527,18 +548,35 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor], mut times: Option<&mut Vec<Duratio
             .collect();
         // Reshape/Identity of a value at its last use: move the buffer.
         if matches!(node.op, crate::ir::Op::Reshape { .. } | crate::ir::Op::Identity)
-            && let (Some(src), Some(dst)) = (node.input(0), node.output(0))
-            && plan.last_use[src.0] == Some(ni)
-            && matches!(slots[src.0], Some(Slot::Owned(_)))
-            && node.inputs.iter().flatten().filter(|v| **v == src).count() == 1
+            && let Some(dst) = node.output(0)
+            && let Some(buf) = take_at_last_use(plan, &mut slots, node, ni)
         {
-            slots[dst.0] = slots[src.0].take();
+            slots[dst.0] = Some(Slot::Owned(buf));
             if let Some(t) = times.as_deref_mut() {
                 t.push(Duration::ZERO);
             }
             continue;
         }
         let started = times.is_some().then(Instant::now);
+        // A float unary op (a standalone rounding, an activation) on a value at its last use: in
+        // its buffer, no copy.
+        if let crate::ir::Op::Unary(u) = node.op
+            && !u.tests_floats()
+            && let Some(dst) = node.output(0)
+            && g.values[dst.0].dtype == DataType::F32
+            && matches!(
+                node.input(0).and_then(|v| slots[v.0].as_ref()),
+                Some(Slot::Owned(Buf::F32(_)))
+            )
+            && let Some(Buf::F32(mut v)) = take_at_last_use(plan, &mut slots, node, ni)
+        {
+            elementwise::unary_in_place(u, &mut v);
+            slots[dst.0] = Some(Slot::Owned(Buf::F32(v)));
+            if let (Some(t), Some(s)) = (times.as_deref_mut(), started) {
+                t.push(s.elapsed());
+            }
+            continue;
+        }
         let result = {
             let ins: Vec<In<'_>> = node
                 .inputs

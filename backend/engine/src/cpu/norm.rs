@@ -17,13 +17,16 @@ pub(crate) fn batch_norm(
     var: &[f32],
     eps: f32,
 ) -> Vec<f32> {
-    let mut out = x.to_vec();
-    out.par_chunks_mut(inner.max(1)).enumerate().for_each(|(i, blk)| {
-        let ch = i % c;
-        let s = scale[ch] / (var[ch] + eps).sqrt();
-        let b = bias[ch] - mean[ch] * s;
-        blk.iter_mut().for_each(|v| *v = *v * s + b);
-    });
+    let mut out = crate::cpu::arena::take(x.len());
+    out.par_chunks_mut(inner.max(1))
+        .zip(x.par_chunks(inner.max(1)))
+        .enumerate()
+        .for_each(|(i, (blk, xs))| {
+            let ch = i % c;
+            let s = scale[ch] / (var[ch] + eps).sqrt();
+            let b = bias[ch] - mean[ch] * s;
+            blk.iter_mut().zip(xs).for_each(|(v, &x)| *v = x * s + b);
+        });
     let _ = n;
     out
 }

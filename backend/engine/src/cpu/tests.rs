@@ -576,3 +576,64 @@ fn integer_products_pack_constant_codes_once_and_compute_what_unpacked_codes_do(
         assert!(got.iter().any(|&v| v != 0.0), "batch {n}: a non-trivial output");
     }
 }
+
+/// A float unary op runs in its input's buffer only at the value's last use: a value read again
+/// later (by an Add) or returned as an output keeps its values.
+#[test]
+fn unary_ops_run_in_place_only_where_nothing_reads_their_input_again() {
+    let n = 40_000; // a parallel element-wise op
+    let x = input(vec![1, n]);
+    let xs = x.to_vec::<f32>().unwrap();
+    // y = neg(x) + x = 0; in place, neg would overwrite x before the Add reads it
+    let read_again = model(
+        vec![
+            node("Neg", &["x"], "a", vec![]),
+            node("Add", &["a", "x"], "y", vec![]),
+        ],
+        &[1, n as i64],
+        &[1, n as i64],
+        vec![],
+    );
+    let exec = executor(&read_again, 4);
+    let g = exec.plan_for(std::slice::from_ref(&x)).unwrap();
+    assert!(
+        g.nodes.iter().any(|n| matches!(n.op, crate::ir::Op::Unary(_))),
+        "the Neg stays a node of its own: {:?}",
+        g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>()
+    );
+    let y = exec.run_blocking(vec![x.clone()]).unwrap();
+    assert!(
+        y[0].to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0),
+        "x was overwritten"
+    );
+
+    // outputs a = x + x and y = neg(a): a is returned, so neg may not run in its buffer
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        graph: Some(GraphProto {
+            node: vec![
+                node("Add", &["x", "x"], "a", vec![]),
+                node("Neg", &["a"], "y", vec![]),
+            ],
+            name: "g".into(),
+            input: vec![vi("x", &[1, n as i64])],
+            output: vec![vi("a", &[1, n as i64]), vi("y", &[1, n as i64])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let returned = Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap());
+    let out = executor(&returned, 4).run_blocking(vec![x]).unwrap();
+    let doubled: Vec<f32> = xs.iter().map(|v| v + v).collect();
+    assert_eq!(
+        out[0].to_vec::<f32>().unwrap(),
+        doubled,
+        "the returned value was overwritten"
+    );
+    let negated: Vec<f32> = doubled.iter().map(|v| -v).collect();
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), negated);
+}

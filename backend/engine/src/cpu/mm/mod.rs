@@ -597,7 +597,7 @@ fn run_task(
     let kc = k_block(g.kc, k);
     let block_tiles = (B_BLOCK_BYTES / (kc * g.nr * 4)).max(1);
     let mut scratch = match b {
-        BOp::Src { .. } => vec![0f32; kc * g.nr * block_tiles.min(tiles.len())],
+        BOp::Src { .. } => arena::take(kc * g.nr * block_tiles.min(tiles.len())),
         BOp::Packed(_) => Vec::new(),
     };
     let noop = epi.is_noop();
@@ -704,4 +704,5 @@ fn run_task(
         }
         k0 += kl;
     }
+    arena::give(scratch);
 }
