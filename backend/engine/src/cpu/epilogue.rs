@@ -30,6 +30,23 @@ pub(crate) trait RowEpilogue: Sync {
     /// Hint that rows `row0..row0 + rows`, columns `col0..col0 + cols` will be applied to soon:
     /// operands read there are fetched into the cache meanwhile.
     fn prefetch(&self, _row0: usize, _col0: usize, _rows: usize, _cols: usize) {}
+    /// The whole tail as an activation a kernel applies to its registers before storing them
+    /// (then the kernel does not call `apply_rows`), when it is one.
+    fn in_registers(&self) -> Option<RegisterAct> {
+        None
+    }
+}
+
+/// An activation the matrix-product kernels apply in registers, with the same results as the
+/// tail's step (NaN and signed zeros included).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum RegisterAct {
+    /// `max(x, 0)`, NaN to 0, as [`UnaryOp::Relu`]
+    Relu,
+    /// below `lo` to `lo`, above `hi` to `hi`, NaN kept, as [`UnaryOp::Clip`]
+    Clip(f32, f32),
+    /// `x · clamp(x/6 + 1/2, 0, 1)`, as [`UnaryOp::HardSwish`]
+    HardSwish,
 }
 
 /// No tail.
@@ -178,6 +195,16 @@ impl<'a> Epi<'a> {
         }
     }
 
+    /// The whole tail as a [`RegisterAct`], when it is a single step of one.
+    pub(crate) fn in_registers(&self) -> Option<RegisterAct> {
+        match self.steps.as_slice() {
+            [Step::Unary(UnaryOp::Relu)] => Some(RegisterAct::Relu),
+            [Step::Unary(UnaryOp::Clip { min, max })] => Some(RegisterAct::Clip(*min as f32, *max as f32)),
+            [Step::Unary(UnaryOp::HardSwish)] => Some(RegisterAct::HardSwish),
+            _ => None,
+        }
+    }
+
     /// Apply to `rows[i]`: row `row0 + i`, columns `col0..col0 + rows[i].len()` of the output.
     pub(crate) fn apply_rows_at(&self, row0: usize, col0: usize, rows: &mut [&mut [f32]]) {
         if !self.steps.is_empty() {
@@ -197,6 +224,10 @@ impl RowEpilogue for Offset<'_, '_> {
 
     fn prefetch(&self, row0: usize, col0: usize, rows: usize, cols: usize) {
         self.epi.prefetch_at(self.row0 + row0, col0, rows, cols);
+    }
+
+    fn in_registers(&self) -> Option<RegisterAct> {
+        self.epi.in_registers()
     }
 }
 

@@ -600,7 +600,9 @@ fn run_task(
         BOp::Src { .. } => arena::take(kc * g.nr * block_tiles.min(tiles.len())),
         BOp::Packed(_) => Vec::new(),
     };
-    let noop = epi.is_noop();
+    // an activation the kernel applies before storing, the whole tail then
+    let act = epi.in_registers();
+    let noop = epi.is_noop() || act.is_some();
     let mut k0 = 0;
     while k0 < k {
         let kl = kc.min(k - k0);
@@ -682,6 +684,7 @@ fn run_task(
                                 nr,
                                 tinit,
                                 ahead,
+                                if last { act } else { None },
                             );
                         }
                         if last && !noop {

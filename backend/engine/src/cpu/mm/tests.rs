@@ -1,6 +1,8 @@
 use super::*;
+use crate::cpu::epilogue::{NoTail, RegisterAct};
 use crate::cpu::simd::all_available;
 use crate::cpu::test_data::det_uniform;
+use crate::ir::UnaryOp;
 
 /// Relative tolerance of an f32 product against the f64 reference, per √k accumulated terms.
 const RTOL: f64 = 1e-5;
@@ -293,6 +295,96 @@ fn packed_a_panels_hold_a_by_k_steps() {
                 let pa = PackedA::pack(src, m, k, 0.5, isa).unwrap();
                 assert_eq!(pa.data, want, "{isa:?} {layout} {m}×{k}");
                 pa.recycle();
+            }
+        }
+    }
+}
+
+/// A tail that is one activation, which the kernels apply in registers.
+struct InRegisters(RegisterAct, UnaryOp);
+
+impl RowEpilogue for InRegisters {
+    fn is_noop(&self) -> bool {
+        false
+    }
+    fn apply_rows(&self, _row0: usize, _col0: usize, rows: &mut [&mut [f32]]) {
+        // the scalar path's way (the x86 kernels never call it for this tail)
+        for v in rows.iter_mut() {
+            crate::cpu::epilogue::unary_slice(self.1, v);
+        }
+    }
+    fn in_registers(&self) -> Option<RegisterAct> {
+        Some(self.0)
+    }
+}
+
+/// Relu, Clip and HardSwish applied by the kernels before storing give what the tail's own step
+/// gives after the product (NaN included), only once the last block of K is summed, on
+/// partial tiles, with a bias and over threads.
+#[test]
+fn activations_in_registers_match_the_tail_applied_after_the_product() {
+    let acts = [
+        (RegisterAct::Relu, UnaryOp::Relu),
+        (
+            RegisterAct::Clip(-0.5, 0.75),
+            UnaryOp::Clip { min: -0.5, max: 0.75 },
+        ),
+        (RegisterAct::HardSwish, UnaryOp::HardSwish),
+    ];
+    for isa in all_available() {
+        for (m, n, k) in [(13, 100, 7), (9, 49, 300), (40, 130, 513), (3, 2900, 20)] {
+            let mut a = det(m * k, 1);
+            // row 1 sums to NaN
+            a[k] = f32::NAN;
+            let bias = det(m, 3);
+            let b = det(k * n, 2);
+            let pa = PackedA::pack(
+                MatRef {
+                    data: &a,
+                    off: 0,
+                    rs: k,
+                    cs: 1,
+                },
+                m,
+                k,
+                1.0,
+                isa,
+            )
+            .unwrap();
+            let src = DenseB::new(
+                MatRef {
+                    data: &b,
+                    off: 0,
+                    rs: n,
+                    cs: 1,
+                },
+                k,
+                n,
+            )
+            .unwrap();
+            let bop = BOp::Src { src: &src, k, n };
+            let mut plain = vec![0.0; m * n];
+            gemm(&pa, bop, &mut plain, n, Init::Row(&bias), &NoTail, true).unwrap();
+            for (act, u) in acts {
+                let mut want = plain.clone();
+                crate::cpu::epilogue::unary_slice(u, &mut want);
+                let mut got = vec![f32::NAN; m * n];
+                gemm(
+                    &pa,
+                    bop,
+                    &mut got,
+                    n,
+                    Init::Row(&bias),
+                    &InRegisters(act, u),
+                    true,
+                )
+                .unwrap();
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        g == w || (g.is_nan() && w.is_nan()),
+                        "{isa:?} {act:?} m={m} n={n} k={k} at {i}: {g:?} vs {w:?}"
+                    );
+                }
             }
         }
     }

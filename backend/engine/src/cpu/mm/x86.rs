@@ -15,6 +15,7 @@
 
 use std::arch::x86_64::*;
 
+use crate::cpu::epilogue::RegisterAct;
 use crate::cpu::simd::{Isa, prefetch, prefetch_rows};
 
 /// How the accumulators start.
@@ -53,7 +54,7 @@ const NR256: usize = 16;
 /// `isa` is available on this CPU. `a` points to `k` packed steps of the isa's MR values, `b` to
 /// `k` packed steps of its NR values. For every `i < mr`, `c + i*ldc` points to `nr` writable
 /// floats (readable too with `LoadC`). `Row(p)`: `mr` readable floats; `Col(p)`: `nr`.
-/// `1 ≤ mr ≤ MR`, `1 ≤ nr ≤ NR`.
+/// `1 ≤ mr ≤ MR`, `1 ≤ nr ≤ NR`. `act` is applied to the sums before they are stored.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tile(
     isa: Isa,
@@ -66,12 +67,13 @@ pub(super) unsafe fn tile(
     nr: usize,
     init: TileInit,
     ahead: Ahead,
+    act: Option<RegisterAct>,
 ) {
     // one instance per count of column vectors and per (rows → MR of the instance)
     macro_rules! rows {
         ($f:ident, $v:literal, [$($m:literal => $mr:literal),*]) => {
             match mr {
-                $($m => $f::<$mr, $v>(k, a, b, c, ldc, mr, nr, init, ahead),)*
+                $($m => $f::<$mr, $v>(k, a, b, c, ldc, mr, nr, init, ahead, act),)*
                 _ => {}
             }
         };
@@ -134,6 +136,7 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(
     nr: usize,
     init: TileInit,
     ahead: Ahead,
+    act: Option<RegisterAct>,
 ) {
     let mut masks = [0 as __mmask16; NV];
     for j in 0..NV {
@@ -191,8 +194,46 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(
         }
         for i in 0..rows {
             for j in 0..NV {
-                _mm512_mask_storeu_ps(c.add(i * ldc).wrapping_add(16 * j), masks[j], acc[i][j]);
+                let v = act512(act, acc[i][j]);
+                _mm512_mask_storeu_ps(c.add(i * ldc).wrapping_add(16 * j), masks[j], v);
             }
+        }
+    }
+}
+
+/// `act` on 16 sums. `max_ps(a, b)` is `if a > b { a } else { b }` and `min_ps(a, b)`
+/// `if a < b { a } else { b }`, which give the tail's steps' NaN and signed-zero results.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn act512(act: Option<RegisterAct>, v: __m512) -> __m512 {
+    match act {
+        None => v,
+        Some(RegisterAct::Relu) => _mm512_max_ps(v, _mm512_setzero_ps()),
+        Some(RegisterAct::Clip(lo, hi)) => {
+            _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), v))
+        }
+        Some(RegisterAct::HardSwish) => {
+            let t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.0 / 6.0)), _mm512_set1_ps(0.5));
+            let t = _mm512_min_ps(_mm512_set1_ps(1.0), _mm512_max_ps(_mm512_setzero_ps(), t));
+            _mm512_mul_ps(v, t)
+        }
+    }
+}
+
+/// [`act512`] on 8 sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn act256(act: Option<RegisterAct>, v: __m256) -> __m256 {
+    match act {
+        None => v,
+        Some(RegisterAct::Relu) => _mm256_max_ps(v, _mm256_setzero_ps()),
+        Some(RegisterAct::Clip(lo, hi)) => {
+            _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v))
+        }
+        Some(RegisterAct::HardSwish) => {
+            let t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0 / 6.0)), _mm256_set1_ps(0.5));
+            let t = _mm256_min_ps(_mm256_set1_ps(1.0), _mm256_max_ps(_mm256_setzero_ps(), t));
+            _mm256_mul_ps(v, t)
         }
     }
 }
@@ -220,6 +261,7 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
     nr: usize,
     init: TileInit,
     ahead: Ahead,
+    act: Option<RegisterAct>,
 ) {
     let full = nr == 8 * NV;
     let rows = MR.min(mr);
@@ -287,10 +329,11 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
         for i in 0..rows {
             for j in 0..NV {
                 let p = c.add(i * ldc).wrapping_add(8 * j);
+                let v = act256(act, acc[i][j]);
                 if full {
-                    _mm256_storeu_ps(p, acc[i][j]);
+                    _mm256_storeu_ps(p, v);
                 } else {
-                    _mm256_maskstore_ps(p, masks[j], acc[i][j]);
+                    _mm256_maskstore_ps(p, masks[j], v);
                 }
             }
         }
