@@ -1,6 +1,6 @@
 //! Depthwise 2-D convolution (group == C == M): a direct kernel, vectorised over output columns,
 //! with the bias and the epilogue fused; small planes on x86-64 with channels in lanes instead
-//! ([`lanes`]).
+//! ([`lanes`]), larger ones with AVX-512 read straight from the input ([`direct`]).
 //!
 //! Each input plane is first copied into a zero-padded, stride-phase-split scratch plane
 //! ([`PadPlane`]), so that for every kernel tap the inputs of consecutive outputs are consecutive:
@@ -13,6 +13,8 @@ use crate::cpu::epilogue::Epi;
 use crate::cpu::padded::{PadPlane, Window};
 use crate::cpu::simd::{Isa, fmadd, multiversion};
 
+#[cfg(target_arch = "x86_64")]
+mod direct;
 mod lanes;
 
 pub(crate) use lanes::filter_lanes;
@@ -56,9 +58,32 @@ pub(crate) fn depthwise2d(
     if plane_out == 0 {
         return;
     }
+    let min_len = (TASK_MACS / (plane_out * klen).max(1)).max(1);
+    #[cfg(target_arch = "x86_64")]
+    if direct::applies(isa, g) {
+        let zeros = vec![0f32; win.iw];
+        out.par_chunks_mut(plane_out)
+            .enumerate()
+            .with_min_len(min_len)
+            .for_each(|(nc, dst)| {
+                let c = nc % g.c;
+                let src = &x[nc * plane_in..(nc + 1) * plane_in];
+                let init = bias.map_or(0.0, |b| b[c]);
+                direct::plane(
+                    &win,
+                    src,
+                    &zeros,
+                    &w[c * klen..(c + 1) * klen],
+                    init,
+                    epi,
+                    nc,
+                    dst,
+                );
+            });
+        return;
+    }
     let pp = PadPlane::new(&win, V);
     let taps = tap_offsets(&pp, &win);
-    let min_len = (TASK_MACS / (plane_out * klen).max(1)).max(1);
     out.par_chunks_mut(plane_out)
         .enumerate()
         .with_min_len(min_len)

@@ -414,9 +414,23 @@ fn depthwise_convolutions_match_a_direct_loop_on_every_instruction_set() {
         case(2, 20, 9, 12, 20, 3, 1, 2, 2, 20),
         case(1, 4, 30, 33, 4, 3, 2, 1, 1, 4),
         case(2, 40, 7, 7, 40, 5, 1, 2, 1, 40),
-        // large planes (over 32 × 32 outputs) run plane by plane
+        // large planes (over 20 × 20 outputs) run plane by plane, with AVX-512 read straight from
+        // the input: 3×3 and 5×5, strides 1 and 2, widths off the 32 columns of a block, row
+        // counts off the 4 of a band, pads on one side only, pads wider than the kernel, a 1×7
         case(1, 3, 36, 35, 3, 3, 1, 1, 1, 3),
         case(1, 18, 66, 66, 18, 3, 2, 1, 1, 18),
+        case(1, 4, 30, 45, 4, 5, 1, 2, 1, 4),
+        case(2, 3, 57, 63, 3, 5, 2, 2, 1, 3),
+        Case {
+            p: [0, 0, 1, 1],
+            ..case(1, 2, 48, 50, 2, 3, 2, 0, 1, 2)
+        },
+        case(1, 2, 25, 22, 2, 3, 1, 3, 1, 2),
+        Case {
+            k: [1, 7],
+            p: [0, 3, 0, 3],
+            ..case(1, 2, 30, 40, 2, 3, 1, 0, 1, 2)
+        },
         Case {
             p: [0, 2, 1, 0],
             s: [3, 2],
