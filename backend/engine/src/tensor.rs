@@ -210,6 +210,11 @@ impl Tensor {
 
     /// A tensor from typed values.
     pub fn from_vec<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor> {
+        Tensor::from_slice(shape, &values)
+    }
+
+    /// A tensor holding a copy of typed values.
+    pub fn from_slice<T: Element>(shape: Vec<usize>, values: &[T]) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if n != values.len() {
             return Err(EngineError::invalid(format!(
@@ -220,7 +225,7 @@ impl Tensor {
         Ok(Tensor {
             dtype: T::DTYPE,
             shape,
-            data: Bytes::from(bytemuck::cast_slice::<T, u8>(&values).to_vec()),
+            data: Bytes::from(bytemuck::cast_slice::<T, u8>(values).to_vec()),
         })
     }
 
@@ -321,11 +326,38 @@ impl Tensor {
                 "tensor byte length is not a multiple of its element size",
             ));
         }
+        // bytes aligned for T (as they come from a Vec<T>): one copy
+        if let Ok(values) = bytemuck::try_cast_slice::<u8, T>(&self.data) {
+            return Ok(values.to_vec());
+        }
         Ok(self
             .data
             .chunks_exact(sz)
             .map(bytemuck::pod_read_unaligned::<T>)
             .collect())
+    }
+
+    /// Copy the values into `dst`, which holds exactly as many.
+    pub(crate) fn read_into<T: Element>(&self, dst: &mut [T]) -> Result<()> {
+        let sz = std::mem::size_of::<T>();
+        if T::DTYPE != self.dtype || self.data.len() != std::mem::size_of_val(dst) {
+            return Err(EngineError::internal(format!(
+                "{} values of {} read into {} of {}",
+                self.data.len() / sz.max(1),
+                self.dtype,
+                dst.len(),
+                T::DTYPE
+            )));
+        }
+        match bytemuck::try_cast_slice::<u8, T>(&self.data) {
+            Ok(values) => dst.copy_from_slice(values),
+            Err(_) => {
+                for (d, b) in dst.iter_mut().zip(self.data.chunks_exact(sz)) {
+                    *d = bytemuck::pod_read_unaligned(b);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Boolean values of a BOOL tensor.
@@ -401,5 +433,30 @@ impl Tensor {
             DataType::U64 => self.to_vec::<u64>()?.into_iter().map(|v| v as i64).collect(),
             _ => self.to_f64_vec()?.into_iter().map(|v| v as i64).collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values read back are the same whether the bytes are aligned for the type (one copy) or not
+    /// (a request body's payload sliced at any offset), and a destination of the wrong size or
+    /// type is refused.
+    #[test]
+    fn values_read_back_from_aligned_and_unaligned_bytes() {
+        let values: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let mut raw = vec![0u8];
+        raw.extend_from_slice(bytemuck::cast_slice(&values));
+        let unaligned = Bytes::from(raw).slice(1..);
+        let aligned = Tensor::from_slice(vec![37], &values).unwrap();
+        for t in [aligned, Tensor::new(DataType::F32, vec![37], unaligned).unwrap()] {
+            assert_eq!(t.to_vec::<f32>().unwrap(), values);
+            let mut dst = vec![0f32; 37];
+            t.read_into(&mut dst).unwrap();
+            assert_eq!(dst, values);
+            assert!(t.read_into(&mut [0f32; 36]).is_err());
+            assert!(t.read_into(&mut [0i32; 37]).is_err());
+        }
     }
 }

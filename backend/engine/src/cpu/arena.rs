@@ -72,8 +72,10 @@ impl Pool {
         Some(v)
     }
 
-    /// Keep `v`; past the bounds, the least recently given buffers go first (a workload that
-    /// changed leaves its sizes behind; the current one gives its buffers back every run).
+    /// Keep `v`; past the bounds, the smallest buffers go first. A large buffer is the one that
+    /// costs to make again (zeroed, and faulted in page by page); dropping the least recently given
+    /// instead let a run's many small scratch buffers push out the activations its first layers
+    /// would take again on the next run.
     fn give(&mut self, v: Vec<f32>) {
         if v.capacity() > MAX_VALUES {
             return;
@@ -81,7 +83,10 @@ impl Pool {
         self.values += v.capacity();
         self.free.push(v);
         while self.free.len() > MAX_BUFFERS || self.values > MAX_VALUES {
-            let old = self.free.remove(0);
+            let smallest = (0..self.free.len())
+                .min_by_key(|&i| self.free[i].capacity())
+                .unwrap_or(0);
+            let old = self.free.remove(smallest);
             self.values -= old.capacity();
         }
     }
@@ -116,9 +121,9 @@ mod tests {
     }
 
     /// Of two buffers that fit, the one long enough already is taken (nothing to zero); past
-    /// the bounds the least recently given go first, whatever their size.
+    /// the bounds the smallest go first, however long ago they were given.
     #[test]
-    fn the_pool_prefers_buffers_to_reuse_as_they_are_and_forgets_the_oldest() {
+    fn the_pool_prefers_buffers_to_reuse_as_they_are_and_drops_the_smallest() {
         let mut pool = Pool::new();
         let mut short = vec![1.0f32; 6000];
         short.truncate(3000);
@@ -138,16 +143,20 @@ mod tests {
         }
         assert_eq!(pool.free.len(), MAX_BUFFERS);
         assert!(
-            pool.free.iter().all(|v| v.as_ptr() != big_ptr),
-            "the oldest buffer was kept"
+            pool.free.iter().any(|v| v.as_ptr() == big_ptr),
+            "the large buffer was dropped"
         );
-        assert_eq!(pool.values, MAX_BUFFERS * 2048);
+        assert_eq!(pool.values, (1 << 20) + (MAX_BUFFERS - 1) * 2048);
+        // over the size bound: small ones go until it holds
+        pool.give(vec![0f32; MAX_VALUES - (1 << 20)]);
+        assert!(pool.values <= MAX_VALUES);
+        assert!(
+            pool.free.iter().any(|v| v.as_ptr() == big_ptr),
+            "the large buffer was dropped"
+        );
+        let before = pool.values;
         pool.give(vec![0f32; MAX_VALUES + 1]);
-        assert_eq!(
-            pool.values,
-            MAX_BUFFERS * 2048,
-            "a buffer over the bound was kept"
-        );
+        assert_eq!(pool.values, before, "a buffer over the bound was kept");
     }
 
     /// A buffer freed on one thread serves a request on another (the process-wide pool; a size

@@ -145,7 +145,12 @@ impl Buf {
 
     pub(crate) fn from_tensor(t: &Tensor) -> Result<Buf> {
         Ok(match t.dtype {
-            DataType::F32 => Buf::F32(t.to_vec()?),
+            DataType::F32 => {
+                // into a reused buffer (the last run's input, usually)
+                let mut v = crate::cpu::arena::take(t.len());
+                t.read_into(&mut v)?;
+                Buf::F32(v)
+            }
             DataType::F64 => Buf::F64(t.to_vec()?),
             DataType::F16 => Buf::F16(t.to_vec()?),
             DataType::BF16 => Buf::BF16(t.to_vec()?),
@@ -162,7 +167,7 @@ impl Buf {
         })
     }
 
-    pub(crate) fn into_tensor(self, shape: Vec<usize>) -> Result<Tensor> {
+    pub(crate) fn to_tensor(&self, shape: Vec<usize>) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if n != self.len() {
             return Err(EngineError::internal(format!(
@@ -171,20 +176,20 @@ impl Buf {
             )));
         }
         Ok(match self {
-            Buf::F32(v) => Tensor::from_vec(shape, v)?,
-            Buf::F64(v) => Tensor::from_vec(shape, v)?,
-            Buf::F16(v) => Tensor::from_vec(shape, v)?,
-            Buf::BF16(v) => Tensor::from_vec(shape, v)?,
-            Buf::I8(v) => Tensor::from_vec(shape, v)?,
-            Buf::I16(v) => Tensor::from_vec(shape, v)?,
-            Buf::I32(v) => Tensor::from_vec(shape, v)?,
-            Buf::I64(v) => Tensor::from_vec(shape, v)?,
-            Buf::U8(v) => Tensor::from_vec(shape, v)?,
-            Buf::U16(v) => Tensor::from_vec(shape, v)?,
-            Buf::U32(v) => Tensor::from_vec(shape, v)?,
-            Buf::U64(v) => Tensor::from_vec(shape, v)?,
-            Buf::Bool(v) => Tensor::from_bools(shape, &v)?,
-            Buf::Str(v) => Tensor::from_strings(shape, &v)?,
+            Buf::F32(v) => Tensor::from_slice(shape, v)?,
+            Buf::F64(v) => Tensor::from_slice(shape, v)?,
+            Buf::F16(v) => Tensor::from_slice(shape, v)?,
+            Buf::BF16(v) => Tensor::from_slice(shape, v)?,
+            Buf::I8(v) => Tensor::from_slice(shape, v)?,
+            Buf::I16(v) => Tensor::from_slice(shape, v)?,
+            Buf::I32(v) => Tensor::from_slice(shape, v)?,
+            Buf::I64(v) => Tensor::from_slice(shape, v)?,
+            Buf::U8(v) => Tensor::from_slice(shape, v)?,
+            Buf::U16(v) => Tensor::from_slice(shape, v)?,
+            Buf::U32(v) => Tensor::from_slice(shape, v)?,
+            Buf::U64(v) => Tensor::from_slice(shape, v)?,
+            Buf::Bool(v) => Tensor::from_bools(shape, v)?,
+            Buf::Str(v) => Tensor::from_strings(shape, v)?,
         })
     }
 

@@ -632,17 +632,19 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor], mut times: Option<&mut Vec<Duratio
     let mut outputs = Vec::with_capacity(g.outputs.len());
     for o in &g.outputs {
         let v = &g.values[o.0];
-        let b = match slots[o.0].as_ref() {
-            Some(Slot::Shared(b)) => (**b).clone(),
-            Some(Slot::Owned(b)) => b.clone(),
-            None => {
-                return Err(EngineError::internal(format!(
-                    "output '{}' was not computed",
-                    v.name
-                )));
-            }
+        let Some(slot) = slots[o.0].as_ref() else {
+            return Err(EngineError::internal(format!(
+                "output '{}' was not computed",
+                v.name
+            )));
         };
-        outputs.push(b.into_tensor(v.shape.clone())?);
+        outputs.push(slot.buf().to_tensor(v.shape.clone())?);
+    }
+    // the outputs were copied into their tensors: their buffers serve the next run
+    for o in &g.outputs {
+        if let Some(Slot::Owned(Buf::F32(b))) = slots[o.0].take() {
+            arena::give(b);
+        }
     }
     Ok(outputs)
 }

@@ -52,7 +52,7 @@ pub(crate) fn eval_host(
                         b.dtype()
                     )));
                 }
-                out.push(Some(b.clone().into_tensor(shape.clone())?));
+                out.push(Some(b.to_tensor(shape.clone())?));
             }
             _ => out.push(None),
         }
