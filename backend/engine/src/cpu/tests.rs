@@ -48,6 +48,16 @@ fn model_with_inputs(
     y: &[i64],
     inits: Vec<TensorProto>,
 ) -> Arc<Model> {
+    model_with_outputs(nodes, inputs, vec![vi("y", y)], inits)
+}
+
+/// An opset-13 model of `nodes` reading `inputs` and returning `outputs`.
+fn model_with_outputs(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    inits: Vec<TensorProto>,
+) -> Arc<Model> {
     let m = ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
@@ -59,7 +69,7 @@ fn model_with_inputs(
             name: "g".into(),
             initializer: inits,
             input: inputs,
-            output: vec![vi("y", y)],
+            output: outputs,
             ..Default::default()
         }),
         ..Default::default()
@@ -608,25 +618,15 @@ fn unary_ops_run_in_place_only_where_nothing_reads_their_input_again() {
     );
 
     // outputs a = x + x and y = neg(a): a is returned, so neg may not run in its buffer
-    let m = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        graph: Some(GraphProto {
-            node: vec![
-                node("Add", &["x", "x"], "a", vec![]),
-                node("Neg", &["a"], "y", vec![]),
-            ],
-            name: "g".into(),
-            input: vec![vi("x", &[1, n as i64])],
-            output: vec![vi("a", &[1, n as i64]), vi("y", &[1, n as i64])],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let returned = Arc::new(Model::from_bytes(&m.encode_to_vec(), None).unwrap());
+    let returned = model_with_outputs(
+        vec![
+            node("Add", &["x", "x"], "a", vec![]),
+            node("Neg", &["a"], "y", vec![]),
+        ],
+        vec![vi("x", &[1, n as i64])],
+        vec![vi("a", &[1, n as i64]), vi("y", &[1, n as i64])],
+        vec![],
+    );
     let out = executor(&returned, 4).run_blocking(vec![x]).unwrap();
     let doubled: Vec<f32> = xs.iter().map(|v| v + v).collect();
     assert_eq!(
