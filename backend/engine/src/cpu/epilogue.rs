@@ -47,6 +47,10 @@ pub(crate) enum RegisterAct {
     Clip(f32, f32),
     /// `x · clamp(x/6 + 1/2, 0, 1)`, as [`UnaryOp::HardSwish`]
     HardSwish,
+    /// `1 / (1 + e^−x)` with `fastmath::exp::<true>`, as [`UnaryOp::Sigmoid`] where FMA is used
+    Sigmoid,
+    /// `x · sigmoid(x)`, as [`UnaryOp::Silu`] where FMA is used
+    Silu,
 }
 
 /// No tail.
@@ -201,6 +205,9 @@ impl<'a> Epi<'a> {
             [Step::Unary(UnaryOp::Relu)] => Some(RegisterAct::Relu),
             [Step::Unary(UnaryOp::Clip { min, max })] => Some(RegisterAct::Clip(*min as f32, *max as f32)),
             [Step::Unary(UnaryOp::HardSwish)] => Some(RegisterAct::HardSwish),
+            // the tiles' exp fuses its multiply-adds, as the tail's does with AVX2 or AVX-512
+            [Step::Unary(UnaryOp::Sigmoid)] if self.isa != Isa::Scalar => Some(RegisterAct::Sigmoid),
+            [Step::Unary(UnaryOp::Silu)] if self.isa != Isa::Scalar => Some(RegisterAct::Silu),
             _ => None,
         }
     }

@@ -6,6 +6,29 @@
 //! 1e-6 absolute plus 3e-7 relative.
 
 use crate::cpu::simd::fmadd;
+use exp_consts::*;
+
+/// [`exp`]'s constants, shared with the matrix-product tiles' copy of it in registers.
+pub(crate) mod exp_consts {
+    pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// ln 2 split in two (Cody–Waite) so that n·ln2 is exact in the first part
+    pub(crate) const LN2_HI: f32 = 0.693_359_4;
+    pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+    /// inputs are clamped to `LOW..=HIGH`; below `LOW` the result is 0
+    pub(crate) const LOW: f32 = -87.336_55;
+    pub(crate) const HIGH: f32 = 88.376_26;
+    /// Cephes expf polynomial on [−ln2/2, ln2/2], highest degree first
+    pub(crate) const POLY: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
+    /// 1.5·2^23: adding it to a whole number leaves the number in the low bits
+    pub(crate) const SHIFT: f32 = 12_582_912.0;
+}
 
 /// e^x. Inputs below −87.3 give 0, inputs above 88.37 give about 2.4e38 (not up to f32::MAX, then
 /// infinity); NaN stays NaN.
@@ -16,27 +39,18 @@ use crate::cpu::simd::fmadd;
 /// half speed there).
 #[inline(always)]
 pub(crate) fn exp<const FMA: bool>(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    // ln 2 split in two (Cody–Waite) so that n·ln2 is exact in the first part
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const LOW: f32 = -87.336_55;
     let below = x < LOW;
-    let x = x.clamp(LOW, 88.376_26);
+    let x = x.clamp(LOW, HIGH);
     let n = fmadd::<FMA>(x, LOG2E, 0.5).floor();
     let r = fmadd::<FMA>(n, -LN2_LO, fmadd::<FMA>(n, -LN2_HI, x));
-    // Cephes expf polynomial on [−ln2/2, ln2/2]
-    let mut p = 1.987_569_1e-4;
-    p = fmadd::<FMA>(p, r, 1.398_199_9e-3);
-    p = fmadd::<FMA>(p, r, 8.333_452e-3);
-    p = fmadd::<FMA>(p, r, 4.166_579_6e-2);
-    p = fmadd::<FMA>(p, r, 1.666_666_5e-1);
-    p = fmadd::<FMA>(p, r, 0.5);
+    let mut p = POLY[0];
+    for c in &POLY[1..] {
+        p = fmadd::<FMA>(p, r, *c);
+    }
     let e = fmadd::<FMA>(p, r * r, r) + 1.0;
     // 2^n from n's bits: n is a whole number in [−126, 128], so adding 1.5·2^23 leaves it, in two's
     // complement, in the low bits of the sum. Integer ops that vectorise; `n as i32` saturates and
     // checks for NaN, which LLVM does lane by lane.
-    const SHIFT: f32 = 12_582_912.0;
     let n_bits = (n + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits());
     let y = e * f32::from_bits(n_bits.wrapping_add(127) << 23);
     if below { 0.0 } else { y }

@@ -11,6 +11,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_act;
 
 #[cfg(test)]
 mod tests;

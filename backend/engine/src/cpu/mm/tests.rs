@@ -318,9 +318,9 @@ impl RowEpilogue for InRegisters {
     }
 }
 
-/// Relu, Clip and HardSwish applied by the kernels before storing give what the tail's own step
-/// gives after the product (NaN included), only once the last block of K is summed, on
-/// partial tiles, with a bias and over threads.
+/// Relu, Clip, HardSwish, Sigmoid and SiLU applied by the kernels before storing give what the
+/// tail's own step gives after the product, bit for bit (NaN, and sums past exp's range, included),
+/// only once the last block of K is summed, on partial tiles, with a bias and over threads.
 #[test]
 fn activations_in_registers_match_the_tail_applied_after_the_product() {
     let acts = [
@@ -330,12 +330,15 @@ fn activations_in_registers_match_the_tail_applied_after_the_product() {
             UnaryOp::Clip { min: -0.5, max: 0.75 },
         ),
         (RegisterAct::HardSwish, UnaryOp::HardSwish),
+        (RegisterAct::Sigmoid, UnaryOp::Sigmoid),
+        (RegisterAct::Silu, UnaryOp::Silu),
     ];
     for isa in all_available() {
         for (m, n, k) in [(13, 100, 7), (9, 49, 300), (40, 130, 513), (3, 2900, 20)] {
             let mut a = det(m * k, 1);
-            // row 1 sums to NaN
+            // row 1 sums to NaN; row 2 to ±hundreds, past the range where exp is 0 or overflows
             a[k] = f32::NAN;
+            a[2 * k..3 * k].iter_mut().for_each(|v| *v *= 400.0);
             let bias = det(m, 3);
             let b = det(k * n, 2);
             let pa = PackedA::pack(

@@ -15,6 +15,7 @@
 
 use std::arch::x86_64::*;
 
+use super::x86_act::{act256, act512};
 use crate::cpu::epilogue::RegisterAct;
 use crate::cpu::simd::{Isa, prefetch, prefetch_rows};
 
@@ -197,43 +198,6 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(
                 let v = act512(act, acc[i][j]);
                 _mm512_mask_storeu_ps(c.add(i * ldc).wrapping_add(16 * j), masks[j], v);
             }
-        }
-    }
-}
-
-/// `act` on 16 sums. `max_ps(a, b)` is `if a > b { a } else { b }` and `min_ps(a, b)`
-/// `if a < b { a } else { b }`, which give the tail's steps' NaN and signed-zero results.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn act512(act: Option<RegisterAct>, v: __m512) -> __m512 {
-    match act {
-        None => v,
-        Some(RegisterAct::Relu) => _mm512_max_ps(v, _mm512_setzero_ps()),
-        Some(RegisterAct::Clip(lo, hi)) => {
-            _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), v))
-        }
-        Some(RegisterAct::HardSwish) => {
-            let t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.0 / 6.0)), _mm512_set1_ps(0.5));
-            let t = _mm512_min_ps(_mm512_set1_ps(1.0), _mm512_max_ps(_mm512_setzero_ps(), t));
-            _mm512_mul_ps(v, t)
-        }
-    }
-}
-
-/// [`act512`] on 8 sums.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn act256(act: Option<RegisterAct>, v: __m256) -> __m256 {
-    match act {
-        None => v,
-        Some(RegisterAct::Relu) => _mm256_max_ps(v, _mm256_setzero_ps()),
-        Some(RegisterAct::Clip(lo, hi)) => {
-            _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v))
-        }
-        Some(RegisterAct::HardSwish) => {
-            let t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0 / 6.0)), _mm256_set1_ps(0.5));
-            let t = _mm256_min_ps(_mm256_set1_ps(1.0), _mm256_max_ps(_mm256_setzero_ps(), t));
-            _mm256_mul_ps(v, t)
         }
     }
 }
