@@ -3,6 +3,7 @@
 //! calls these kernels lives with each operator in `crate::ops`.
 
 mod arena;
+mod awake;
 pub(crate) mod buf;
 pub(crate) mod conv;
 mod depthwise;
@@ -361,7 +362,9 @@ impl CpuExecutor {
                 _ => (plan.clone(), inputs, None),
             };
             let mut times = Vec::with_capacity(plan.graph.nodes.len());
+            let awake = awake::keep_awake();
             execute(&plan, &inputs, Some(&mut times))?;
+            drop(awake);
             let g = &plan.graph;
             let nodes = g
                 .nodes
@@ -446,6 +449,7 @@ impl Inner {
     }
 
     fn run_plan(&self, plan: &CpuPlan, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let _awake = awake::keep_awake();
         let Some(SplitPlan { n, one, choice }) = &plan.split else {
             return execute(plan, inputs, None);
         };
