@@ -15,7 +15,7 @@ use crate::cpu::buf::In;
 use crate::cpu::elementwise::unary_f32;
 use crate::cpu::fastmath;
 use crate::cpu::movement;
-use crate::cpu::quant::linear::quantize_dequantize_one;
+use crate::cpu::quant::linear::quantize_dequantize_in_place;
 use crate::cpu::simd::{Isa, multiversion};
 use crate::error::{EngineError, Result};
 use crate::ir::{BinaryOp, Epilogue, EpilogueStep, UnaryOp};
@@ -394,7 +394,9 @@ fn unary_rows<const FMA: bool>(u: UnaryOp, rows: &mut [&mut [f32]]) {
             zero_point,
             lo,
             hi,
-        } => map_rows(rows, |x| quantize_dequantize_one(x, scale, zero_point, (lo, hi))),
+        } => rows
+            .iter_mut()
+            .for_each(|v| quantize_dequantize_in_place::<FMA>(v, scale, zero_point, (lo, hi))),
         other => map_rows(rows, |x| unary_f32(other, x)),
     }
 }

@@ -63,6 +63,48 @@ fn vectorised_unary_functions_match_the_scalar_form_on_every_instruction_set() {
     }
 }
 
+/// A standalone QDQ rounding gives the scalar pair's values bit for bit on every instruction set
+/// (the vector loops divide by multiplying with the scale's reciprocal and correcting): at the
+/// codes' midpoints, where an ulp of the quotient decides the rounding, past the range, and at
+/// NaN, infinities, zeros and subnormals.
+#[test]
+fn quantize_dequantize_matches_the_scalar_pair_bit_for_bit_on_every_instruction_set() {
+    for (scale, zero_point, lo, hi) in [(0.0173_f32, 3, -128, 127), (0.1, 0, 0, 255), (3.0e-5, -7, -8, 7)] {
+        let u = UnaryOp::QuantizeDequantize {
+            scale,
+            zero_point,
+            lo,
+            hi,
+        };
+        let mut x: Vec<f32> = det(2000, 7).iter().map(|v| v * 40.0 * scale).collect();
+        // each code's midpoint and its neighbours a few ulps away
+        for c in -140..140 {
+            let mid = (c as f32 + 0.5) * scale;
+            let bits = mid.to_bits();
+            x.extend((0..5).map(|d| f32::from_bits(bits.wrapping_add(d).wrapping_sub(2))));
+        }
+        x.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-40,
+            3e38,
+            -3e38,
+        ]);
+        let want: Vec<u32> = x.iter().map(|&v| unary_f32(u, v).to_bits()).collect();
+        for isa in all_available() {
+            let mut got = x.clone();
+            unary_isa(isa, u, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), *w, "{isa:?} scale {scale} at {i} (x = {})", x[i]);
+            }
+        }
+    }
+}
+
 /// `out` rows of `split`; an operand of each broadcast class, on both sides of every function.
 #[test]
 fn fused_steps_match_the_unfused_ops_for_every_operand_class() {

@@ -156,6 +156,29 @@ pub(crate) fn quantize_dequantize_one(x: f32, scale: f32, zero_point: i32, range
     (quantize_one(x, scale, zero_point, range) - zero_point) as f32 * scale
 }
 
+/// [`quantize_dequantize_one`] of every value of `v`, in place and in vector lanes: the quotient by
+/// [`quotient`] where the caller was compiled with FMA and the scale allows it (the same values;
+/// a standalone QDQ pair's loop was bound by the division).
+#[inline(always)]
+pub(crate) fn quantize_dequantize_in_place<const FMA: bool>(
+    v: &mut [f32],
+    scale: f32,
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    match reciprocal(scale) {
+        Some(inv) if FMA => {
+            for x in v {
+                *x =
+                    (round_saturate(quotient(*x, scale, inv), zero_point, range) - zero_point) as f32 * scale;
+            }
+        }
+        _ => v
+            .iter_mut()
+            .for_each(|x| *x = quantize_dequantize_one(*x, scale, zero_point, range)),
+    }
+}
+
 /// saturate(round_half_even(v) + zero_point): [`quantize_one`] of the quotient `v = x / scale`.
 #[inline(always)]
 pub(super) fn round_saturate(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
