@@ -2,9 +2,6 @@
 //! the same results, bit for bit, as the tail's steps in `cpu::epilogue` (which run on every CPU):
 //! the same operations in the same order, NaN and signed zeros included.
 
-// SIMD intrinsics need `unsafe` blocks only for memory access; these functions touch none.
-#![allow(unsafe_code)]
-
 use std::arch::x86_64::*;
 
 use crate::cpu::epilogue::RegisterAct;
