@@ -259,6 +259,28 @@ def op_models():
         model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, mo, ho, ho])])
         out.append((b.name, model, {"x": [1, c, h, h]}, 2 * mo * ho * ho * (c // g) * k * k))
+    # The same products on 8-bit codes, as quantize_dynamic writes them: the float input quantized per call
+    # (DynamicQuantizeLinear, uint8), int8 weights with a zero point, i32 sums out.
+    for m, k, n in [(1024, 1024, 1024)]:
+        b = Builder(f"op_matmul_int8_{m}x{k}x{n}", 0)
+        q, scale, zp = b.op("DynamicQuantizeLinear", ["a"], n_out=3)
+        w = b.const(rng.integers(-128, 128, size=(k, n), dtype=np.int8), "w")
+        wz = b.const(np.int8(3), "wz")
+        b.nodes.append(helper.make_node("MatMulInteger", [q, w, zp, wz], ["y"]))
+        model = b.model([helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+                        [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])])
+        out.append((b.name, model, {"a": [m, k]}, 2 * m * k * n))
+    for c, h, mo, k in [(64, 56, 64, 3)]:
+        b = Builder(f"op_conv_int8_c{c}_h{h}_m{mo}_k{k}_g1_s1", 0)
+        q, scale, zp = b.op("DynamicQuantizeLinear", ["x"], n_out=3)
+        # uint8 weights: onnxruntime's ConvInteger takes no other
+        w = b.const(rng.integers(0, 256, size=(mo, c, k, k), dtype=np.uint8), "w")
+        wz = b.const(np.uint8(128), "wz")
+        p = k // 2
+        b.nodes.append(helper.make_node("ConvInteger", [q, w, zp, wz], ["y"], kernel_shape=[k, k], pads=[p] * 4))
+        model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+                        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, mo, h, h])])
+        out.append((b.name, model, {"x": [1, c, h, h]}, 2 * mo * h * h * c * k * k))
     return out
 
 

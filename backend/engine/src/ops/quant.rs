@@ -13,6 +13,7 @@ use crate::cpu::quant::qconv::{PackedFilters, conv_q};
 use crate::cpu::quant::qdepthwise;
 use crate::cpu::quant::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm};
 use crate::ir::{AutoPad, ConvWindow, QuantOp, UnaryOp};
+use crate::wgpu::kernels::idot::ByteCodes;
 use crate::wgpu::kernels::quant::{self as gpu_quant, IconvGeom, IgemmShape, ParamLayout, ScaleIndex};
 
 /// The ONNX operators this module converts.
@@ -974,7 +975,8 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
                 b_strides: batch_strides(&shape.batch, &shape.b[..shape.b.len() - 2]),
                 batch: shape.batch.clone(),
             };
-            let mut acc = gpu_quant::igemm(&mut c.b, &name, &s, &a, &bm, &a_zp, &b_zp)?;
+            let codes = byte_codes(c, n, ia, ib)?;
+            let mut acc = gpu_quant::igemm(&mut c.b, &name, &s, codes, &a, &bm, &a_zp, &b_zp)?;
             if qlinear {
                 let a_scale = c.input(n, 1)?;
                 let b_scale = c.input(n, 4)?;
@@ -1037,7 +1039,8 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             let w = c.b.alias(&w, &[ws[0], ws[1], g.kernel[0], g.kernel[1]])?;
             let x_zp = zero_point_or_zero(c, n, ixz, &name)?;
             let w_zp = zero_point_or_zero(c, n, iwz, &name)?;
-            let mut acc = gpu_quant::iconv(&mut c.b, &name, &g, &x, &w, &x_zp, &w_zp)?;
+            let codes = byte_codes(c, n, iw, ix)?;
+            let mut acc = gpu_quant::iconv(&mut c.b, &name, &g, codes, &x, &w, &x_zp, &w_zp)?;
             if qlinear {
                 let x_scale = c.input(n, 1)?;
                 let w_scale = c.input(n, 4)?;
@@ -1064,6 +1067,22 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             c.set(n, 0, y)
         }
     }
+}
+
+/// The offsets that make inputs `ia`'s and `ib`'s codes signed bytes, for the packed dot-product kernels:
+/// 128 for uint8, 0 for int8; `None` when either has wider codes.
+fn byte_codes(c: &Compiler<'_>, n: &Node, ia: usize, ib: usize) -> GpuResult<Option<ByteCodes>> {
+    let offset = |i: usize| -> GpuResult<Option<i32>> {
+        let id = n
+            .input(i)
+            .ok_or_else(|| GpuError::invalid(format!("input {i} is missing")))?;
+        Ok(match c.g.values[id.0].dtype {
+            DataType::U8 => Some(128),
+            DataType::I8 => Some(0),
+            _ => None,
+        })
+    };
+    Ok(offset(ia)?.zip(offset(ib)?).map(|(a, b)| ByteCodes { a, b }))
 }
 
 /// Input `i` (a zero point), or a constant 0 when the node has none.

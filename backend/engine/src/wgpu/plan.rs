@@ -297,6 +297,12 @@ impl PlanBuilder {
         &self.values[t.value].name
     }
 
+    /// The kernels dispatched so far, in order (for tests that check which kernel a launcher picked).
+    #[cfg(test)]
+    pub(crate) fn kernel_names(&self) -> Vec<&'static str> {
+        self.steps.iter().map(|s| s.kernel).collect()
+    }
+
     /// Records one dispatch: binding 0 is the params uniform, then `binds` in order as bindings 1, 2, ...
     /// (`Bind::R` read-only storage, `Bind::W` read-write storage) — the layout the kernel file declares.
     pub(crate) fn dispatch(

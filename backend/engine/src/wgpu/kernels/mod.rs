@@ -5,6 +5,7 @@ pub(crate) mod copy;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
 pub(crate) mod grid_sample;
+pub(crate) mod idot;
 pub(crate) mod matmul;
 pub(crate) mod pool;
 pub(crate) mod quant;
@@ -37,6 +38,8 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("dynamic_range", quant::WGSL_DYNAMIC_RANGE),
     ("igemm", quant::WGSL_IGEMM),
     ("iconv", quant::WGSL_ICONV),
+    ("igemm_dp4", idot::WGSL_GEMM),
+    ("iconv_dp4", idot::WGSL_CONV),
     ("requantize", quant::WGSL_REQUANTIZE),
     ("scatter", scatter::WGSL),
     ("scatter_nd", scatter::WGSL_ND),
@@ -57,6 +60,7 @@ pub(crate) fn variants() -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::templ
     v.extend(reduce::variants()?);
     v.extend(rnn::variants()?);
     v.extend(quant::variants()?);
+    v.extend(idot::variants()?);
     v.extend(scatter::variants()?);
     v.extend(roi_align::variants()?);
     v.extend(grid_sample::variants()?);

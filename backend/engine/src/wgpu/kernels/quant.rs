@@ -1,11 +1,15 @@
 //! Quantization launchers: QuantizeLinear/DequantizeLinear (`quant.wgsl`), DynamicQuantizeLinear's range
 //! (`dynamic_range.wgsl`), integer matmul (`igemm.wgsl`), integer 2-D convolution (`iconv.wgsl`) and the
 //! requantization of QLinearMatMul/QLinearConv (`requantize.wgsl`). Integer tensors are i32 on the device.
+//! Products of 8-bit codes run on the packed dot-product kernels of `idot.rs`; the direct kernels here take
+//! wider codes and the shapes those do not.
 
 use crate::wgpu::dtype::DType;
 use crate::wgpu::error::{GpuError, GpuResult};
 use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder, WG, grid_1d};
 use crate::wgpu::template::{KernelSource, Template};
+
+use super::idot::{self, ByteCodes};
 
 /// The QuantizeLinear/DequantizeLinear kernel file.
 pub(crate) const WGSL: &str = include_str!("quant.wgsl");
@@ -155,11 +159,14 @@ pub(crate) struct IgemmShape {
 }
 
 /// MatMulInteger's accumulators `[batch…, m, n]` (i32); zero points per tensor or per row of a /
-/// per column of b (by their length).
+/// per column of b (by their length). With 8-bit codes (`codes`: their offsets to signed bytes) the packed
+/// kernel of `idot.rs` runs, otherwise the direct one.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn igemm(
     b: &mut PlanBuilder,
     name: &str,
     s: &IgemmShape,
+    codes: Option<ByteCodes>,
     a: &DTensor,
     bm: &DTensor,
     a_zp: &DTensor,
@@ -174,6 +181,10 @@ pub(crate) fn igemm(
     let mut shape = s.batch.clone();
     shape.extend([s.m, s.n]);
     let y = b.temp(name, DType::I32, &shape)?;
+    if let Some(codes) = codes.filter(|_| idot::gemm_fits(s)) {
+        idot::gemm(b, s, codes, a, bm, a_zp, b_zp, &y)?;
+        return Ok(y);
+    }
     let words = |v: &[usize]| {
         let mut w = [1u32; 4];
         for (d, &x) in v.iter().enumerate() {
@@ -215,17 +226,25 @@ pub(crate) struct IconvGeom {
     pub(crate) dilations: [usize; 2],
 }
 
-/// ConvInteger's accumulators `[n, m, oh, ow]` (i32).
+/// ConvInteger's accumulators `[n, m, oh, ow]` (i32). With 8-bit codes (`codes`: the offsets of w's and x's
+/// codes to signed bytes) and groups of several channels the packed kernel of `idot.rs` runs, otherwise the
+/// direct one.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn iconv(
     b: &mut PlanBuilder,
     name: &str,
     g: &IconvGeom,
+    codes: Option<ByteCodes>,
     x: &DTensor,
     w: &DTensor,
     x_zp: &DTensor,
     w_zp: &DTensor,
 ) -> GpuResult<DTensor> {
     let y = b.temp(name, DType::I32, &g.out)?;
+    if let Some(codes) = codes.filter(|_| idot::conv_fits(g)) {
+        idot::conv(b, g, codes, x, w, x_zp, w_zp, &y)?;
+        return Ok(y);
+    }
     let u = |v: usize| v as u32;
     let params = Params::new()
         .u4([u(y.numel()), u(g.channels), u(g.out[1]), u(g.group)])

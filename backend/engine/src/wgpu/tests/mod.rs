@@ -7,6 +7,7 @@
 mod conv;
 mod device;
 mod elementwise;
+mod integer;
 mod matmul;
 mod movement;
 mod pool;
