@@ -2,7 +2,7 @@
 infergate-backend with auto-completed configs, asked over gRPC by tritonclient, and compared with
 onnxruntime's outputs for the same inputs: PaddleOCR's recogniser and classifier as shipped in a PyPI wheel,
 a Whisper-like encoder exported by torch, the classifier quantized by onnxruntime.quantization (QDQ and
-dynamic), a BERT fused by onnxruntime's transformer optimizer (Attention, SkipLayerNormalization,
+dynamic; on wgpu the dynamic one's ConvIntegers run on packed dot products), a BERT fused by onnxruntime's transformer optimizer (Attention, SkipLayerNormalization,
 BiasGelu), and torchvision's SSDlite detector exported whole (its NonZero score filter and NonMaxSuppression
 run between the stages of its plan). The `_gpu` copies run on the wgpu executor (KIND_GPU; lavapipe where
 there is no GPU)."""
@@ -28,6 +28,7 @@ MODELS = {
     "ocr_cls_dynamic": ("ocr_cls_dynamic", None),
     "hf_bert_fused": ("hf_bert_fused", None),
     "ocr_cls_qdq_gpu": ("ocr_cls_qdq", "KIND_GPU"),
+    "ocr_cls_dynamic_gpu": ("ocr_cls_dynamic", "KIND_GPU"),
     "hf_bert_fused_gpu": ("hf_bert_fused", "KIND_GPU"),
     "tv_ssdlite320_nms": ("tv_ssdlite320_nms", None),
     "tv_ssdlite320_nms_gpu": ("tv_ssdlite320_nms", "KIND_GPU"),
