@@ -28,8 +28,19 @@ struct Params {
 @group(0) @binding(4) var<storage, read> x_zp: array<i32>;
 @group(0) @binding(5) var<storage, read_write> y: array<i32>;
 
-// The code of im2col row kk (a tap) at output position col of group g, or x's zero point in the padding.
-fn tap(g: u32, kk: u32, col: u32, zx: i32) -> i32 {
+// This workgroup's group, x's zero point, and the codes' offsets into signed bytes.
+var<private> g: u32;
+var<private> zx: i32;
+var<private> off_w: i32;
+var<private> off_x: i32;
+
+// Row r of the group's filters, tap kk.
+fn a_code(r: u32, kk: u32) -> i32 {
+    return w[(g * p.d.x + r) * p.d.y + kk] - off_w;
+}
+
+// The code of im2col row kk (a tap) at output position col, or x's zero point in the padding.
+fn b_code(kk: u32, col: u32) -> i32 {
     let oh = p.s.x;
     let ow = p.s.y;
     let kh = p.s.z;
@@ -45,10 +56,10 @@ fn tap(g: u32, kk: u32, col: u32, zx: i32) -> i32 {
     let yy = i32(oy * p.t.x + ky * p.u.x) - i32(p.t.z);
     let xx = i32(ox * p.t.y + kx * p.u.y) - i32(p.t.w);
     if (yy < 0 || yy >= i32(ih) || xx < 0 || xx >= i32(iw)) {
-        return zx;
+        return zx - off_x;
     }
     let channel = img * p.c.x + g * p.d.w + ci;
-    return x[(channel * ih + u32(yy)) * iw + u32(xx)];
+    return x[(channel * ih + u32(yy)) * iw + u32(xx)] - off_x;
 }
 
 @compute @workgroup_size(16, 16, 1)
@@ -56,45 +67,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let mg = p.d.x;
     let k = p.d.y;
     let cols = p.d.z;
-    let off_w = i32(p.f.z);
-    let off_x = i32(p.f.w);
-    let zx = x_zp[0];
-    let g = wid.z;
+    off_w = i32(p.f.z);
+    off_x = i32(p.f.w);
+    zx = x_zp[0];
+    g = wid.z;
     let row0 = wid.y * TM;
     let col0 = wid.x * TN;
-    let tid = lid.y * 16u + lid.x;
-    clear_sums();
-    for (var k0 = 0u; k0 < k; k0 = k0 + TK4 * 4u) {
-        for (var e = tid; e < TM * TK4; e = e + 256u) {
-            let r = row0 + e / TK4;
-            let kk = k0 + (e % TK4) * 4u;
-            var v = vec4<i32>(0);
-            if (r < mg) {
-                for (var q = 0u; q < 4u; q = q + 1u) {
-                    if (kk + q < k) {
-                        v[q] = w[(g * mg + r) * k + kk + q] - off_w;
-                    }
-                }
-            }
-            a_tile[(e % TK4) * TM + e / TK4] = pack_codes(v);
-        }
-        for (var e = tid; e < TK4 * TN; e = e + 256u) {
-            let col = col0 + e % TN;
-            let kk = k0 + (e / TN) * 4u;
-            var v = vec4<i32>(0);
-            if (col < cols) {
-                for (var q = 0u; q < 4u; q = q + 1u) {
-                    if (kk + q < k) {
-                        v[q] = tap(g, kk + q, col, zx) - off_x;
-                    }
-                }
-            }
-            b_tile[e] = pack_codes(v);
-        }
-        workgroupBarrier();
-        multiply_tiles(lid);
-        workgroupBarrier();
-    }
+    tile_products(lid, row0, mg, col0, cols, k);
     let plane = p.s.x * p.s.y;
     let db = off_x - zx;
     for (var i = 0u; i < RM; i = i + 1u) {

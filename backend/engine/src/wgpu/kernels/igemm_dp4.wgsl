@@ -22,13 +22,27 @@ struct Params {
 @group(0) @binding(4) var<storage, read> b_zp: array<i32>;
 @group(0) @binding(5) var<storage, read_write> y: array<i32>;
 
+// This workgroup's matrices: their offsets in a and b, and the codes' offsets into signed bytes.
+var<private> a_base: u32;
+var<private> b_base: u32;
+var<private> off_a: i32;
+var<private> off_b: i32;
+
+fn a_code(r: u32, kk: u32) -> i32 {
+    return a[a_base + r * p.d.y + kk] - off_a;
+}
+
+fn b_code(kk: u32, col: u32) -> i32 {
+    return b[b_base + kk * p.d.z + col] - off_b;
+}
+
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let m = p.d.x;
     let k = p.d.y;
     let n = p.d.z;
-    let off_a = i32(p.f.z);
-    let off_b = i32(p.f.w);
+    off_a = i32(p.f.z);
+    off_b = i32(p.f.w);
     var batch = wid.z;
     var am = 0u;
     var bm = 0u;
@@ -38,43 +52,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         am = am + c * p.astr[d - 1u];
         bm = bm + c * p.bstr[d - 1u];
     }
-    let a_base = am * m * k;
-    let b_base = bm * k * n;
+    a_base = am * m * k;
+    b_base = bm * k * n;
     let row0 = wid.y * TM;
     let col0 = wid.x * TN;
-    let tid = lid.y * 16u + lid.x;
-    clear_sums();
-    for (var k0 = 0u; k0 < k; k0 = k0 + TK4 * 4u) {
-        for (var e = tid; e < TM * TK4; e = e + 256u) {
-            let r = row0 + e / TK4;
-            let kk = k0 + (e % TK4) * 4u;
-            var v = vec4<i32>(0);
-            if (r < m) {
-                for (var q = 0u; q < 4u; q = q + 1u) {
-                    if (kk + q < k) {
-                        v[q] = a[a_base + r * k + kk + q] - off_a;
-                    }
-                }
-            }
-            a_tile[(e % TK4) * TM + e / TK4] = pack_codes(v);
-        }
-        for (var e = tid; e < TK4 * TN; e = e + 256u) {
-            let col = col0 + e % TN;
-            let kk = k0 + (e / TN) * 4u;
-            var v = vec4<i32>(0);
-            if (col < n) {
-                for (var q = 0u; q < 4u; q = q + 1u) {
-                    if (kk + q < k) {
-                        v[q] = b[b_base + (kk + q) * n + col] - off_b;
-                    }
-                }
-            }
-            b_tile[e] = pack_codes(v);
-        }
-        workgroupBarrier();
-        multiply_tiles(lid);
-        workgroupBarrier();
-    }
+    tile_products(lid, row0, m, col0, n, k);
     let out_base = wid.z * m * n;
     for (var i = 0u; i < RM; i = i + 1u) {
         let r = row0 + lid.y * RM + i;
