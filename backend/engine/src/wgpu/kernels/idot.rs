@@ -7,7 +7,7 @@ use crate::wgpu::error::GpuResult;
 use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder};
 use crate::wgpu::template::{KernelSource, Template};
 
-use super::quant::{IconvGeom, IgemmShape};
+use super::quant::{IconvGeom, IgemmShape, batch_words};
 
 /// The packed integer matmul kernel (the shared tile step first).
 pub(crate) const WGSL_GEMM: &str = concat!(include_str!("idot_tile.wgsl"), include_str!("igemm_dp4.wgsl"));
@@ -59,13 +59,6 @@ pub(crate) fn gemm(
     b_zp: &DTensor,
     y: &DTensor,
 ) -> GpuResult<()> {
-    let words = |v: &[usize]| {
-        let mut w = [1u32; 4];
-        for (d, &x) in v.iter().enumerate() {
-            w[d] = x as u32;
-        }
-        w
-    };
     let params = Params::new()
         .u4([s.m as u32, s.k as u32, s.n as u32, s.batch.len() as u32])
         .u4([
@@ -74,9 +67,9 @@ pub(crate) fn gemm(
             codes.a as u32,
             codes.b as u32,
         ])
-        .u4(words(&s.batch))
-        .u4(words(&s.a_strides))
-        .u4(words(&s.b_strides));
+        .u4(batch_words(&s.batch))
+        .u4(batch_words(&s.a_strides))
+        .u4(batch_words(&s.b_strides));
     let rm = rows_per_invocation(s.m);
     let batch: usize = s.batch.iter().product();
     b.dispatch(

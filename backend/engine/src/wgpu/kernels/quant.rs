@@ -158,6 +158,15 @@ pub(crate) struct IgemmShape {
     pub(crate) b_strides: Vec<usize>,
 }
 
+/// Up to four per-batch-dim values of an [`IgemmShape`] as one params word, unused dims 1.
+pub(super) fn batch_words(v: &[usize]) -> [u32; 4] {
+    let mut w = [1u32; 4];
+    for (d, &x) in v.iter().enumerate() {
+        w[d] = x as u32;
+    }
+    w
+}
+
 /// MatMulInteger's accumulators `[batch…, m, n]` (i32); zero points per tensor or per row of a /
 /// per column of b (by their length). With 8-bit codes (`codes`: their offsets to signed bytes) the packed
 /// kernel of `idot.rs` runs, otherwise the direct one.
@@ -185,13 +194,6 @@ pub(crate) fn igemm(
         idot::gemm(b, s, codes, a, bm, a_zp, b_zp, &y)?;
         return Ok(y);
     }
-    let words = |v: &[usize]| {
-        let mut w = [1u32; 4];
-        for (d, &x) in v.iter().enumerate() {
-            w[d] = x as u32;
-        }
-        w
-    };
     let params = Params::new()
         .u4([s.m as u32, s.k as u32, s.n as u32, y.numel() as u32])
         .u4([
@@ -200,9 +202,9 @@ pub(crate) fn igemm(
             s.batch.len() as u32,
             0,
         ])
-        .u4(words(&s.batch))
-        .u4(words(&s.a_strides))
-        .u4(words(&s.b_strides));
+        .u4(batch_words(&s.batch))
+        .u4(batch_words(&s.a_strides))
+        .u4(batch_words(&s.b_strides));
     b.dispatch(
         &Template::new("igemm", WGSL_IGEMM).build()?,
         params,
