@@ -581,13 +581,29 @@ fn quantize_dequantize_lanes<const FMA: bool>(
 ///
 /// The range is x's, extended to include 0; an all-zero input gets scale 1 (as onnxruntime does,
 /// rather than dividing by zero).
+///
+/// A large input (an activation of [`PAR_MIN`] values or more) is read in pieces on the pool's threads, both
+/// for its range and for its codes: the range of the pieces' ranges is the whole's, so the values are the same.
 pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
     let isa = simd::isa();
-    let (lo, hi) = range_with_zero_run(isa, x);
+    let parallel = x.len() >= PAR_MIN;
+    let (lo, hi) = if parallel {
+        x.par_chunks(PAR_MIN / 4)
+            .map(|c| range_with_zero_run(isa, c))
+            .reduce(|| (0.0, 0.0), |(l, h), (a, b)| (l.min(a), h.max(b)))
+    } else {
+        range_with_zero_run(isa, x)
+    };
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
     let mut y = vec![0u8; x.len()];
-    quantize_bytes_run(isa, x, &mut y, scale, zero_point, (0, 255));
+    if parallel {
+        y.par_chunks_mut(PAR_MIN / 4)
+            .zip(x.par_chunks(PAR_MIN / 4))
+            .for_each(|(y, x)| quantize_bytes_run(isa, x, y, scale, zero_point, (0, 255)));
+    } else {
+        quantize_bytes_run(isa, x, &mut y, scale, zero_point, (0, 255));
+    }
     (y, scale, zero_point as u8)
 }
 

@@ -8,6 +8,7 @@ use super::linear::{
     round_saturate,
 };
 use crate::cpu::Buf;
+use crate::cpu::elementwise::PAR_MIN;
 use crate::cpu::simd::all_available;
 use crate::tensor::DataType;
 
@@ -66,6 +67,29 @@ fn dynamic_quantize_follows_the_onnx_formula() {
     assert_eq!(y, [153, 255, 0, 26, 221, 179]);
     // all zeros: scale 1, zero point 0 (no division by zero)
     assert_eq!(dynamic_quantize(&[0.0, 0.0]), (vec![0, 0], 1.0, 0));
+}
+
+#[test]
+fn dynamic_quantize_of_a_large_input_split_over_threads_follows_the_formula() {
+    // a tensor read in pieces on several threads: its minimum in the first piece, its maximum in the last
+    // (a partial one), a NaN and all-positive pieces in between, which must neither narrow nor widen the range
+    let n = 3 * PAR_MIN + 5;
+    let mut x: Vec<f32> = (0..n).map(|i| 0.25 + (i % 97) as f32 / 97.0).collect();
+    x[7] = -3.0;
+    x[n - 1] = 6.5;
+    x[PAR_MIN] = f32::NAN;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+    let (y, scale, zp) = pool.install(|| dynamic_quantize(&x));
+    assert_eq!(scale, 9.5 / 255.0);
+    let want_zp = (3.0 / scale).round_ties_even();
+    assert_eq!(zp, want_zp as u8);
+    for (i, (&v, &q)) in x.iter().zip(&y).enumerate() {
+        if v.is_nan() {
+            continue;
+        }
+        let want = ((v / scale).round_ties_even() + want_zp).clamp(0.0, 255.0) as u8;
+        assert_eq!(q, want, "value {i} ({v})");
+    }
 }
 
 #[test]
