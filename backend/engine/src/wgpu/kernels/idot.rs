@@ -7,6 +7,7 @@ use crate::wgpu::error::GpuResult;
 use crate::wgpu::plan::{Bind, DTensor, Params, PlanBuilder};
 use crate::wgpu::template::{KernelSource, Template};
 
+use super::matmul::rows_per_invocation;
 use super::quant::{IconvGeom, IgemmShape, batch_words};
 
 /// The packed integer matmul kernel (the shared tile step first).
@@ -24,15 +25,6 @@ const MAX_GROUPS: usize = 65_535;
 pub(crate) struct ByteCodes {
     pub(crate) a: i32,
     pub(crate) b: i32,
-}
-
-/// Rows per invocation: a tile is 16 · RM rows, so small row counts take smaller tiles.
-fn rows_per_invocation(m: usize) -> u32 {
-    match m {
-        0..=16 => 1,
-        17..=32 => 2,
-        _ => 4,
-    }
 }
 
 fn kernel(name: &'static str, base: &'static str, rm: u32) -> GpuResult<KernelSource> {

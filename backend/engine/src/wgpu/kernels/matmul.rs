@@ -20,7 +20,8 @@ pub(crate) struct Epilogue<'a> {
 }
 
 /// Rows per invocation for `m` output rows: small M (a batch-1 dense layer) does not pay for 64-row tiles.
-fn rows_per_invocation(m: usize) -> u32 {
+/// The packed integer products (`idot.rs`) tile the same way.
+pub(super) fn rows_per_invocation(m: usize) -> u32 {
     if m <= 16 {
         1
     } else if m <= 32 {

@@ -3,10 +3,10 @@
 //! layouts, batches, groups, padding, strides and dilations.
 
 use super::support::*;
-use crate::wgpu::dtype::HostType;
+use crate::wgpu::error::GpuResult;
 use crate::wgpu::kernels::idot::ByteCodes;
 use crate::wgpu::kernels::quant::{IconvGeom, IgemmShape, iconv, igemm};
-use crate::wgpu::plan::HostTensor;
+use crate::wgpu::plan::{DTensor, HostTensor, PlanBuilder};
 
 /// Deterministic codes in `lo..=hi`.
 fn codes(n: usize, lo: i64, hi: i64, seed: u64) -> Vec<i64> {
@@ -14,15 +14,6 @@ fn codes(n: usize, lo: i64, hi: i64, seed: u64) -> Vec<i64> {
         .iter()
         .map(|v| lo + ((f64::from(*v) + 1.0) / 2.0 * (hi - lo + 1) as f64) as i64 % (hi - lo + 1))
         .collect()
-}
-
-fn ints(shape: &[usize], values: &[i64]) -> HostTensor {
-    assert_eq!(shape.iter().product::<usize>(), values.len());
-    HostTensor {
-        host: HostType::I64,
-        shape: shape.to_vec(),
-        data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    }
 }
 
 /// The value range of uint8 (offset 128) or int8 (offset 0) codes.
@@ -33,10 +24,7 @@ fn range(offset: i32) -> (i64, i64) {
 /// The kernels a launcher dispatched, and its outputs (as i64).
 fn run_ints(
     inputs: Vec<HostTensor>,
-    build: impl FnOnce(
-        &mut crate::wgpu::plan::PlanBuilder,
-        &[crate::wgpu::plan::DTensor],
-    ) -> crate::wgpu::error::GpuResult<Vec<crate::wgpu::plan::DTensor>>,
+    build: impl FnOnce(&mut PlanBuilder, &[DTensor]) -> GpuResult<Vec<DTensor>>,
 ) -> (Vec<&'static str>, Vec<Vec<i64>>) {
     let mut names = Vec::new();
     let outs = run(inputs, |b, x| {
@@ -132,10 +120,10 @@ fn integer_matmul_packed_and_direct_match_a_wrapping_cpu_loop() {
         let a_shape = [pa.clone(), vec![m, k]].concat();
         let b_shape = [pb.clone(), vec![k, n]].concat();
         let inputs = vec![
-            ints(&a_shape, &av),
-            ints(&b_shape, &bv),
-            ints(&[za.len()], &za),
-            ints(&[zb.len()], &zb),
+            i64s(&a_shape, &av),
+            i64s(&b_shape, &bv),
+            i64s(&[za.len()], &za),
+            i64s(&[zb.len()], &zb),
         ];
         let (names, outs) = run_ints(inputs, |b, x| {
             let packed = Some(ByteCodes { a: oa, b: ob });
@@ -256,10 +244,10 @@ fn integer_convolution_packed_and_direct_match_a_cpu_loop() {
         let zw = codes(if per_channel { m } else { 1 }, wlo, whi, 8);
         let want = conv_reference(&g, &xv, &wv, zx[0], &zw);
         let inputs = vec![
-            ints(&[n, c, input[0], input[1]], &xv),
-            ints(&[m, c / group, kernel[0], kernel[1]], &wv),
-            ints(&[1], &zx),
-            ints(&[zw.len()], &zw),
+            i64s(&[n, c, input[0], input[1]], &xv),
+            i64s(&[m, c / group, kernel[0], kernel[1]], &wv),
+            i64s(&[1], &zx),
+            i64s(&[zw.len()], &zw),
         ];
         let (names, outs) = run_ints(inputs, |b, x| {
             let packed = Some(ByteCodes { a: ow_, b: ox_ });
