@@ -146,6 +146,15 @@ macro_rules! element {
 element!(f32 => F32, f64 => F64, u8 => U8, i8 => I8, u16 => U16, i16 => I16, i32 => I32, i64 => I64,
     u32 => U32, u64 => U64, half::f16 => F16, half::bf16 => BF16);
 
+/// A vector of elements read as its bytes, so that [`Bytes`] can own it.
+struct ElementBytes<T>(Vec<T>);
+
+impl<T: Element> AsRef<[u8]> for ElementBytes<T> {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
 /// A host tensor: little-endian, row-major; BOOL one byte per element; STRING elements serialised as
 /// Triton does (u32 LE length + bytes, one after another).
 #[derive(Clone, PartialEq)]
@@ -208,11 +217,6 @@ impl Tensor {
         Tensor::new(dtype, shape, Bytes::from(vec![0u8; n * size]))
     }
 
-    /// A tensor from typed values.
-    pub fn from_vec<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor> {
-        Tensor::from_slice(shape, &values)
-    }
-
     /// A tensor holding a copy of typed values.
     pub fn from_slice<T: Element>(shape: Vec<usize>, values: &[T]) -> Result<Tensor> {
         let n: usize = shape.iter().product();
@@ -226,6 +230,22 @@ impl Tensor {
             dtype: T::DTYPE,
             shape,
             data: Bytes::from(bytemuck::cast_slice::<T, u8>(values).to_vec()),
+        })
+    }
+
+    /// A tensor that takes `values` as its bytes without copying them.
+    pub fn from_vec<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n != values.len() {
+            return Err(EngineError::invalid(format!(
+                "tensor of shape {shape:?} needs {n} elements, got {}",
+                values.len()
+            )));
+        }
+        Ok(Tensor {
+            dtype: T::DTYPE,
+            shape,
+            data: Bytes::from_owner(ElementBytes(values)),
         })
     }
 

@@ -167,7 +167,8 @@ impl Buf {
         })
     }
 
-    pub(crate) fn to_tensor(&self, shape: Vec<usize>) -> Result<Tensor> {
+    /// Refuses a shape of another number of elements than this buffer holds (an executor's bug).
+    fn check_fits(&self, shape: &[usize]) -> Result<()> {
         let n: usize = shape.iter().product();
         if n != self.len() {
             return Err(EngineError::internal(format!(
@@ -175,6 +176,33 @@ impl Buf {
                 self.len()
             )));
         }
+        Ok(())
+    }
+
+    /// [`Buf::to_tensor`] that hands the values over without copying them (strings and booleans,
+    /// stored differently in a tensor, are copied).
+    pub(crate) fn into_tensor(self, shape: Vec<usize>) -> Result<Tensor> {
+        self.check_fits(&shape)?;
+        match self {
+            Buf::F32(v) => Tensor::from_vec(shape, v),
+            Buf::F64(v) => Tensor::from_vec(shape, v),
+            Buf::F16(v) => Tensor::from_vec(shape, v),
+            Buf::BF16(v) => Tensor::from_vec(shape, v),
+            Buf::I8(v) => Tensor::from_vec(shape, v),
+            Buf::I16(v) => Tensor::from_vec(shape, v),
+            Buf::I32(v) => Tensor::from_vec(shape, v),
+            Buf::I64(v) => Tensor::from_vec(shape, v),
+            Buf::U8(v) => Tensor::from_vec(shape, v),
+            Buf::U16(v) => Tensor::from_vec(shape, v),
+            Buf::U32(v) => Tensor::from_vec(shape, v),
+            Buf::U64(v) => Tensor::from_vec(shape, v),
+            Buf::Bool(v) => Tensor::from_bools(shape, &v),
+            Buf::Str(v) => Tensor::from_strings(shape, &v),
+        }
+    }
+
+    pub(crate) fn to_tensor(&self, shape: Vec<usize>) -> Result<Tensor> {
+        self.check_fits(&shape)?;
         Ok(match self {
             Buf::F32(v) => Tensor::from_slice(shape, v)?,
             Buf::F64(v) => Tensor::from_slice(shape, v)?,

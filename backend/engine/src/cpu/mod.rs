@@ -634,8 +634,16 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor], mut times: Option<&mut Vec<Duratio
         }
     }
     let mut outputs = Vec::with_capacity(g.outputs.len());
-    for o in &g.outputs {
+    for (i, o) in g.outputs.iter().enumerate() {
         let v = &g.values[o.0];
+        // an owned buffer goes into its tensor as it is, unless it is f32 (copied, so that the
+        // buffer serves the next run through the arena) or the value is a later output too
+        let hand_over = matches!(&slots[o.0], Some(Slot::Owned(b)) if !matches!(b, Buf::F32(_)))
+            && !g.outputs[i + 1..].contains(o);
+        if hand_over && let Some(Slot::Owned(b)) = slots[o.0].take() {
+            outputs.push(b.into_tensor(v.shape.clone())?);
+            continue;
+        }
         let Some(slot) = slots[o.0].as_ref() else {
             return Err(EngineError::internal(format!(
                 "output '{}' was not computed",
@@ -644,7 +652,7 @@ fn execute(plan: &CpuPlan, inputs: &[Tensor], mut times: Option<&mut Vec<Duratio
         };
         outputs.push(slot.buf().to_tensor(v.shape.clone())?);
     }
-    // the outputs were copied into their tensors: their buffers serve the next run
+    // the f32 outputs were copied into their tensors: their buffers serve the next run
     for o in &g.outputs {
         if let Some(Slot::Owned(Buf::F32(b))) = slots[o.0].take() {
             arena::give(b);

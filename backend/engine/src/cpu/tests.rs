@@ -637,3 +637,31 @@ fn unary_ops_run_in_place_only_where_nothing_reads_their_input_again() {
     let negated: Vec<f32> = doubled.iter().map(|v| -v).collect();
     assert_eq!(out[1].to_vec::<f32>().unwrap(), negated);
 }
+
+#[test]
+fn an_integer_value_returned_as_two_outputs_is_in_both() {
+    // y1 and y2 are the same INT64 value once the Identities are gone: its buffer moves into one
+    // tensor without a copy, and the other output still reads it
+    let mut y1 = vi("y1", &[1, 4]);
+    let mut y2 = vi("y2", &[1, 4]);
+    for v in [&mut y1, &mut y2] {
+        if let Some(t) = v.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+            t.elem_type = 7;
+        }
+    }
+    let m = model_with_outputs(
+        vec![
+            node("Cast", &["x"], "t", vec![attr_int("to", 7)]),
+            node("Identity", &["t"], "y1", vec![]),
+            node("Identity", &["t"], "y2", vec![]),
+        ],
+        vec![vi("x", &[1, 4])],
+        vec![y1, y2],
+        vec![],
+    );
+    let x = Tensor::from_vec(vec![1, 4], vec![1.5f32, -2.0, 3.0, 40.0]).unwrap();
+    let out = executor(&m, 4).run_blocking(vec![x]).unwrap();
+    for (i, y) in out.iter().enumerate() {
+        assert_eq!(y.to_vec::<i64>().unwrap(), [1, -2, 3, 40], "output {i}");
+    }
+}

@@ -170,26 +170,26 @@ impl Taps {
                 let dy = (ky * p.dilations[0]) as isize - p.pads[0] as isize;
                 let dx = (kx * p.dilations[1]) as isize - p.pads[1] as isize;
                 let valid = valid_columns(p.ow, sw, dx, p.iw);
-                let end = first + dst.len();
                 // each output row's part of the range: columns c0..c1 of row oy into dst[at..]
+                // (one division for the first row; the rows after it start at column 0)
+                let (mut oy, mut c0) = (first / ow, first % ow);
                 let mut at = 0;
                 while at < dst.len() {
-                    let pos = first + at;
-                    let (oy, c0) = (pos / ow, pos % ow);
-                    let c1 = ow.min(c0 + (end - pos));
+                    let c1 = ow.min(c0 + (dst.len() - at));
                     let row = &mut dst[at..at + (c1 - c0)];
-                    at += c1 - c0;
                     let iy = (oy * sh) as isize + dy;
                     let cols = valid.start.clamp(c0, c1)..valid.end.clamp(c0, c1);
                     if iy < 0 || iy >= p.ih as isize || cols.is_empty() {
                         row.fill(pad);
-                        continue;
+                    } else {
+                        let src = &xc[iy as usize * p.iw..(iy as usize + 1) * p.iw];
+                        row[..cols.start - c0].fill(pad);
+                        row[cols.end - c0..].fill(pad);
+                        let from = ((cols.start * sw) as isize + dx) as usize;
+                        strided_copy(&mut row[cols.start - c0..cols.end - c0], src, sw, from);
                     }
-                    let src = &xc[iy as usize * p.iw..(iy as usize + 1) * p.iw];
-                    row[..cols.start - c0].fill(pad);
-                    row[cols.end - c0..].fill(pad);
-                    let from = ((cols.start * sw) as isize + dx) as usize;
-                    strided_copy(&mut row[cols.start - c0..cols.end - c0], src, sw, from);
+                    at += c1 - c0;
+                    (oy, c0) = (oy + 1, 0);
                 }
             }
             Taps::Table { table, out_size } => {

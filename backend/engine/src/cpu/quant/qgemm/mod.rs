@@ -139,7 +139,8 @@ pub(crate) struct PackedLeft {
     m: usize,
     k: usize,
     signed: bool,
-    data: Vec<u8>,
+    /// 4-byte lanes (one row's 4 k)
+    data: Vec<u32>,
     /// the sum of each row's codes
     sums: Vec<i32>,
 }
@@ -148,16 +149,20 @@ impl PackedLeft {
     /// Packs the row-major `[m × k]` matrix `a` (`a.bits.len() ≥ m·k`).
     pub(crate) fn pack(kernel: QKernel, a: Codes<'_>, m: usize, k: usize) -> PackedLeft {
         let (mr, groups) = (kernel.mr(), k.div_ceil(4));
-        let panel = groups * mr * 4;
-        let mut data = vec![0u8; m.div_ceil(mr) * panel];
+        let panel = groups * mr;
+        let mut data = vec![0u32; m.div_ceil(mr) * panel];
         let mut sums = vec![0i32; m];
-        for (i, (row, sum)) in a.bits[..m * k].chunks_exact(k.max(1)).zip(&mut sums).enumerate() {
-            let dst = &mut data[(i / mr) * panel..];
-            let lane = (i % mr) * 4;
-            for (g, quad) in row.chunks(4).enumerate() {
-                dst[g * mr * 4 + lane..][..quad.len()].copy_from_slice(quad);
-            }
-            *sum = row.iter().map(|&b| value(b, a.signed)).sum();
+        let rows = &a.bits[..m * k];
+        for (p, (lanes, sums)) in data.chunks_mut(panel.max(1)).zip(sums.chunks_mut(mr)).enumerate() {
+            let first = p * mr * k;
+            pack_left_panel(
+                &rows[first..(first + mr * k).min(rows.len())],
+                k,
+                a.signed,
+                mr,
+                lanes,
+                sums,
+            );
         }
         PackedLeft {
             kernel,
@@ -177,6 +182,29 @@ impl PackedLeft {
     /// Whether this is an `m × k` operand packed for `kernel`.
     pub(crate) fn fits(&self, kernel: QKernel, m: usize, k: usize) -> bool {
         (self.kernel, self.m, self.k) == (kernel, m, k)
+    }
+}
+
+/// One left panel: `rows` (up to `mr` rows of `k` codes, row-major) into `lanes` (each k group's
+/// `mr` lanes of 4 codes, rows past the matrix and k past `k` left zero) and each row's sum of
+/// codes into `sums`.
+fn pack_left_panel(rows: &[u8], k: usize, signed: bool, mr: usize, lanes: &mut [u32], sums: &mut [i32]) {
+    for (i, (row, sum)) in rows.chunks_exact(k.max(1)).zip(sums.iter_mut()).enumerate() {
+        let (whole, tail) = row.split_at(k / 4 * 4);
+        for (g, quad) in whole.chunks_exact(4).enumerate() {
+            lanes[g * mr + i] = u32::from_le_bytes([quad[0], quad[1], quad[2], quad[3]]);
+        }
+        if !tail.is_empty() {
+            let mut quad = [0u8; 4];
+            quad[..tail.len()].copy_from_slice(tail);
+            lanes[(k / 4) * mr + i] = u32::from_le_bytes(quad);
+        }
+        // the type chosen outside the loop, so that the sum vectorises
+        *sum = if signed {
+            row.iter().map(|&b| i32::from(b as i8)).sum()
+        } else {
+            row.iter().map(|&b| i32::from(b)).sum()
+        };
     }
 }
 
@@ -418,7 +446,7 @@ fn block(
     j0: usize,
 ) {
     let (mr, nr, groups) = (l.kernel.mr(), l.kernel.nr(), l.k.div_ceil(4));
-    let lp = &l.data[p * groups * mr * 4..(p + 1) * groups * mr * 4];
+    let lp: &[u8] = bytemuck::cast_slice(&l.data[p * groups * mr..(p + 1) * groups * mr]);
     let isa = crate::cpu::simd::isa();
     let mut tile = [0i32; TILE];
     for q in qs {
