@@ -8,10 +8,11 @@
 use super::chain::Chain;
 use super::prelude::*;
 use crate::cpu::quant::igemm::{self, ConvGeom};
+use crate::cpu::quant::linear::Requantize;
 use crate::cpu::quant::linear::{self, Layout, int_buf, int_range, ints};
 use crate::cpu::quant::qconv::{PackedFilters, conv_q};
 use crate::cpu::quant::qdepthwise;
-use crate::cpu::quant::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm};
+use crate::cpu::quant::qgemm::{Codes, PackedLeft, PackedRight, QKernel, RowOffset, Sink, Sums, qgemm};
 use crate::ir::{AutoPad, ConvWindow, QuantOp, UnaryOp};
 use crate::wgpu::kernels::idot::ByteCodes;
 use crate::wgpu::kernels::quant::{self as gpu_quant, IconvGeom, IgemmShape, ParamLayout, ScaleIndex};
@@ -642,55 +643,62 @@ fn cpu(
             Ok(vec![Buf::U8(y), Buf::F32(vec![scale]), Buf::U8(vec![zp])])
         }
         QuantOp::MatMulInteger => {
-            let acc = matmul_acc(ins, [0, 1, 2, 3], prep)?;
-            Ok(vec![Buf::I32(acc.values)])
+            let (values, _) = matmul_acc(ins, [0, 1, 2, 3], prep, &Sums)?;
+            Ok(vec![Buf::I32(values)])
         }
         QuantOp::QLinearMatMul => {
-            let acc = matmul_acc(ins, [0, 3, 2, 5], prep)?;
+            let (_, sa) = arg(ins, 0)?;
+            let (_, sb) = arg(ins, 3)?;
+            let shape = MatMulShape::new(sa, sb)?;
             let a_scale = f32_of(arg(ins, 1)?.0);
             let b_scale = f32_of(arg(ins, 4)?.0);
             let y_scale = first_f32(arg(ins, 6)?.0)?;
-            let y_zp = first_int(arg(ins, 7)?.0)?;
-            let (m, n) = (acc.shape.m, acc.shape.n);
-            let range = int_range(out0.0)?;
-            let mut y = vec![0i32; acc.values.len()];
-            let rows = acc.values.chunks(n.max(1)).zip(y.chunks_mut(n.max(1)));
-            let mut mults = vec![0f32; n];
-            for (i, (acc_row, y_row)) in rows.enumerate() {
-                let r = i % m;
-                for (c, mult) in mults.iter_mut().enumerate() {
-                    *mult = per(&a_scale, r) * per(&b_scale, c) / y_scale;
+            // the product's rows: each matrix's m rows, one matrix after another
+            let rows = shape.pairs().len() * shape.m;
+            let row_mult: Vec<f32> = if a_scale.len() == 1 {
+                vec![a_scale[0] / y_scale]
+            } else {
+                (0..rows).map(|i| a_scale[i % shape.m] / y_scale).collect()
+            };
+            let (zp, range) = (first_int(arg(ins, 7)?.0)?, int_range(out0.0)?);
+            let idx = [0, 3, 2, 5];
+            Ok(vec![match out0.0 {
+                DataType::U8 => {
+                    let sink = Requantize::new(None, &row_mult, &b_scale, zp, range);
+                    Buf::U8(matmul_acc(ins, idx, prep, &sink)?.0)
                 }
-                linear::requantize(acc_row, y_row, 0, &mults, y_zp, range);
-            }
-            Ok(vec![int_buf(out0.0, y)?])
+                DataType::I8 => {
+                    let sink = Requantize::new(None, &row_mult, &b_scale, zp, range);
+                    Buf::I8(matmul_acc(ins, idx, prep, &sink)?.0)
+                }
+                other => return Err(EngineError::internal(format!("QLinearMatMul writing {other}"))),
+            }])
         }
-        QuantOp::ConvInteger(win) => {
-            let y = conv_acc(ins, win, [0, 1, 2, 3], prep)?;
-            Ok(vec![Buf::I32(y.values)])
-        }
+        QuantOp::ConvInteger(win) => Ok(vec![Buf::I32(conv_acc(ins, win, [0, 1, 2, 3], prep, &Sums)?)]),
         QuantOp::QLinearConv(win) => {
-            let acc = conv_acc(ins, win, [0, 3, 2, 5], prep)?;
             let x_scale = first_f32(arg(ins, 1)?.0)?;
-            let w_scale = f32_of(arg(ins, 4)?.0);
+            let (w_scale, m) = (f32_of(arg(ins, 4)?.0), arg(ins, 3)?.1[0]);
             let y_scale = first_f32(arg(ins, 6)?.0)?;
-            let y_zp = first_int(arg(ins, 7)?.0)?;
             let bias = ins
                 .get(8)
                 .copied()
                 .flatten()
                 .map(|(b, _)| ints(b, "B"))
                 .transpose()?;
-            let range = int_range(out0.0)?;
-            let mults: Vec<f32> = (0..acc.m).map(|m| x_scale * per(&w_scale, m) / y_scale).collect();
-            let mut y = vec![0i32; acc.values.len()];
-            let size = acc.out_size.max(1);
-            for (i, (acc_plane, y_plane)) in acc.values.chunks(size).zip(y.chunks_mut(size)).enumerate() {
-                let m = i % acc.m;
-                let b = bias.as_ref().map_or(0, |b| b[m]);
-                linear::requantize(acc_plane, y_plane, b, &mults[m..m + 1], y_zp, range);
-            }
-            Ok(vec![int_buf(out0.0, y)?])
+            let row_mult: Vec<f32> = (0..m).map(|c| x_scale * per(&w_scale, c) / y_scale).collect();
+            let (zp, range) = (first_int(arg(ins, 7)?.0)?, int_range(out0.0)?);
+            let idx = [0, 3, 2, 5];
+            Ok(vec![match out0.0 {
+                DataType::U8 => {
+                    let sink = Requantize::new(bias.as_deref(), &row_mult, &[1.0], zp, range);
+                    Buf::U8(conv_acc(ins, win, idx, prep, &sink)?)
+                }
+                DataType::I8 => {
+                    let sink = Requantize::new(bias.as_deref(), &row_mult, &[1.0], zp, range);
+                    Buf::I8(conv_acc(ins, win, idx, prep, &sink)?)
+                }
+                other => return Err(EngineError::internal(format!("QLinearConv writing {other}"))),
+            }])
         }
     }
 }
@@ -714,12 +722,6 @@ fn first_int(b: &Buf) -> Result<i32> {
         .ok_or_else(|| EngineError::invalid("an empty zero point tensor"))
 }
 
-/// INT32 accumulators of a matrix product and its shape.
-struct MatMulAcc {
-    values: Vec<i32>,
-    shape: MatMulShape,
-}
-
 /// Optional input `i` (a zero point) as integers, when present.
 fn optional_ints(ins: &[In<'_>], i: usize, what: &str) -> Result<Option<Vec<i32>>> {
     ins.get(i)
@@ -729,9 +731,15 @@ fn optional_ints(ins: &[In<'_>], i: usize, what: &str) -> Result<Option<Vec<i32>
         .transpose()
 }
 
-/// The integer matmul of inputs `[a, b, a_zero_point, b_zero_point]` at the given indices; `prep`:
-/// b packed at plan time, when it is a constant.
-fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4], prep: Option<&Prepared>) -> Result<MatMulAcc> {
+/// The integer matmul of inputs `[a, b, a_zero_point, b_zero_point]` at the given indices, its
+/// rows (each matrix's, one matrix after another) through `sink`, and its shape; `prep`: b packed
+/// at plan time, when it is a constant.
+fn matmul_acc<S: Sink>(
+    ins: &[In<'_>],
+    [ia, ib, iaz, ibz]: [usize; 4],
+    prep: Option<&Prepared>,
+    sink: &S,
+) -> Result<(Vec<S::Out>, MatMulShape)> {
     let (a, sa) = arg(ins, ia)?;
     let (b, sb) = arg(ins, ib)?;
     let shape = MatMulShape::new(sa, sb)?;
@@ -744,8 +752,17 @@ fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4], prep: Option<&Prep
             }
             _ => None,
         };
-        let values = matmul_codes(kernel, ac, bc, packed_b, &shape, az.as_deref(), bz.as_deref());
-        return Ok(MatMulAcc { values, shape });
+        let values = matmul_codes(
+            kernel,
+            ac,
+            bc,
+            packed_b,
+            &shape,
+            az.as_deref(),
+            bz.as_deref(),
+            sink,
+        );
+        return Ok((values, shape));
     }
     let (m, k, n) = (shape.m, shape.k, shape.n);
     let a = igemm::centred(&ints(a, "A")?, |i| {
@@ -767,7 +784,8 @@ fn matmul_acc(ins: &[In<'_>], [ia, ib, iaz, ibz]: [usize; 4], prep: Option<&Prep
             &mut values[o * m * n..(o + 1) * m * n],
         );
     }
-    Ok(MatMulAcc { values, shape })
+    let rows = values.len() / n.max(1);
+    Ok((sink.rows(values, rows, n), shape))
 }
 
 /// An 8-bit buffer's codes (the integer products take UINT8 and INT8 only).
@@ -781,7 +799,8 @@ fn codes(b: &Buf) -> Option<Codes<'_>> {
 
 /// [`matmul_acc`] on the raw codes with [`qgemm`]: a's zero points one or one per row, b's one or
 /// one per column (absent = 0); `packed_b`: a 2-D b already packed.
-fn matmul_codes(
+#[allow(clippy::too_many_arguments)]
+fn matmul_codes<S: Sink>(
     kernel: QKernel,
     a: Codes<'_>,
     b: Codes<'_>,
@@ -789,11 +808,12 @@ fn matmul_codes(
     shape: &MatMulShape,
     az: Option<&[i32]>,
     bz: Option<&[i32]>,
-) -> Vec<i32> {
+    sink: &S,
+) -> Vec<S::Out> {
     let (m, k, n) = (shape.m, shape.k, shape.n);
     let (za, zb) = (az.unwrap_or(&[0]), bz.unwrap_or(&[0]));
     let pairs = shape.pairs();
-    let mut values = vec![0i32; pairs.len() * m * n];
+    let mut values = vec![S::Out::default(); pairs.len() * m * n];
     let stacked = pairs.iter().enumerate().all(|(o, &(pa, pb))| pa == o && pb == 0);
     if stacked {
         // one b for every a matrix (a weight): one product with a's matrices stacked as rows
@@ -810,7 +830,7 @@ fn matmul_codes(
         let zl: Vec<i32> = (0..if za.len() == 1 { 1 } else { rows })
             .map(|i| za[i % za.len()])
             .collect();
-        qgemm(&l, r, &zl, zb, &mut values);
+        qgemm(&l, r, &zl, zb, sink, &mut values);
         return values;
     }
     // b batched (3-D or more): each of its matrices packed once, when first read
@@ -820,26 +840,25 @@ fn matmul_codes(
         let r = per_b[pb].get_or_insert_with(|| {
             PackedRight::pack(kernel, b.slice(pb * k * n..(pb + 1) * k * n), k, n, a.signed())
         });
-        qgemm(&l, r, za, zb, &mut values[o * m * n..(o + 1) * m * n]);
+        let rows = RowOffset {
+            inner: sink,
+            rows: o * m,
+        };
+        qgemm(&l, r, za, zb, &rows, &mut values[o * m * n..(o + 1) * m * n]);
     }
     values
 }
 
-/// INT32 accumulators of a convolution: `[n, m, out…]` with m and the output's spatial size.
-struct ConvAcc {
-    values: Vec<i32>,
-    m: usize,
-    out_size: usize,
-}
-
-/// The integer convolution of inputs `[x, w, x_zero_point, w_zero_point]` at the given indices;
-/// `prep`: the filters packed at plan time, when they are a constant.
-fn conv_acc(
+/// The integer convolution of inputs `[x, w, x_zero_point, w_zero_point]` at the given indices,
+/// `[n, m, out…]`, each output channel's sums through `sink`; `prep`: the filters packed at plan
+/// time, when they are a constant.
+fn conv_acc<S: Sink>(
     ins: &[In<'_>],
     win: &ConvWindow,
     [ix, iw, ixz, iwz]: [usize; 4],
     prep: Option<&Prepared>,
-) -> Result<ConvAcc> {
+    sink: &S,
+) -> Result<Vec<S::Out>> {
     let (x, sx) = arg(ins, ix)?;
     let (w, sw) = arg(ins, iw)?;
     let ns = sx.len() - 2;
@@ -861,11 +880,7 @@ fn conv_acc(
     let x_zp = xz.as_ref().and_then(|z| z.first().copied()).unwrap_or(0);
     if let (Some(xc), Some(wc), true) = (codes(x), codes(w), qdepthwise::applies(&geom)) {
         let values = qdepthwise::depthwise_q(xc, x_zp, wc, wz.as_deref().unwrap_or(&[0]), &geom);
-        return Ok(ConvAcc {
-            values,
-            m: geom.m,
-            out_size: geom.output.iter().product(),
-        });
+        return Ok(sink.rows(values, geom.m, geom.output.iter().product()));
     }
     if let (Some(kernel), Some(xc), Some(wc)) = (QKernel::current(), codes(x), codes(w)) {
         let rows = sw[1..].iter().product();
@@ -877,12 +892,15 @@ fn conv_acc(
                 &owned
             }
         };
-        let values = conv_q(kernel, xc, x_zp, filters, wz.as_deref().unwrap_or(&[0]), &geom);
-        return Ok(ConvAcc {
-            values,
-            m: geom.m,
-            out_size: geom.output.iter().product(),
-        });
+        return Ok(conv_q(
+            kernel,
+            xc,
+            x_zp,
+            filters,
+            wz.as_deref().unwrap_or(&[0]),
+            &geom,
+            sink,
+        ));
     }
     let per_filter: usize = sw[1..].iter().product();
     let x = igemm::centred(&ints(x, "x")?, |_| x_zp);
@@ -890,11 +908,8 @@ fn conv_acc(
         wz.as_ref()
             .map_or(0, |z| z[if z.len() == 1 { 0 } else { i / per_filter }])
     });
-    Ok(ConvAcc {
-        values: igemm::conv_i32(&x, &w, &geom),
-        m: geom.m,
-        out_size: geom.output.iter().product(),
-    })
+    let values = igemm::conv_i32(&x, &w, &geom);
+    Ok(sink.rows(values, geom.m, geom.output.iter().product()))
 }
 
 fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {

@@ -47,6 +47,8 @@ struct Rewrite {
     op: QuantOp,
     inputs: Vec<Input>,
     output: ValueId,
+    /// the codes' type, recorded on the output so that a product reading it matches in turn
+    output_dtype: DataType,
     dead: Vec<usize>,
 }
 
@@ -209,6 +211,7 @@ fn matched(g: &Graph, facts: &Facts, i: usize) -> Result<Option<Rewrite>> {
         op,
         inputs,
         output: qy,
+        output_dtype: y_dtype,
         dead,
     }))
 }
@@ -230,6 +233,7 @@ fn apply(g: &mut Graph, i: usize, rw: Rewrite) -> usize {
             })
         })
         .collect();
+    g.values[rw.output.0].dtype = Some(rw.output_dtype);
     g.nodes[i] = Node {
         name: rw.name,
         op: Op::Quant(rw.op),

@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::qgemm::Sink;
 use crate::cpu::elementwise::PAR_MIN;
 use crate::cpu::{Buf, arena, simd};
 use crate::error::{EngineError, Result};
@@ -303,16 +304,83 @@ fn requantize_lanes<const FMA: bool>(
     }
 }
 
-/// [`requantize_run`] with the CPU kernels' instruction set.
-pub(crate) fn requantize(
-    acc: &[i32],
-    y: &mut [i32],
-    bias: i32,
-    mult: &[f32],
+/// An 8-bit code type a requantized product writes.
+pub(crate) trait Code: Copy + Default + Send + Sync {
+    /// The code of a value already saturated to the type's range.
+    fn of(v: i32) -> Self;
+}
+
+impl Code for u8 {
+    fn of(v: i32) -> u8 {
+        v as u8
+    }
+}
+
+impl Code for i8 {
+    fn of(v: i32) -> i8 {
+        v as i8
+    }
+}
+
+/// QLinearConv's and QLinearMatMul's output as a product's sink: row `i`, column `j`'s sum becomes
+/// the code of `(sum + bias[i]) · row_mult[i] · col_mult[j]` (each parameter one value or one per
+/// row / column), so the codes are written as the rows are finished.
+pub(crate) struct Requantize<'a, T> {
+    bias: Option<&'a [i32]>,
+    row_mult: &'a [f32],
+    col_mult: &'a [f32],
     zero_point: i32,
     range: (i32, i32),
-) {
-    requantize_run(simd::isa(), acc, y, bias, mult, zero_point, range);
+    isa: simd::Isa,
+    code: std::marker::PhantomData<T>,
+}
+
+impl<'a, T> Requantize<'a, T> {
+    pub(crate) fn new(
+        bias: Option<&'a [i32]>,
+        row_mult: &'a [f32],
+        col_mult: &'a [f32],
+        zero_point: i32,
+        range: (i32, i32),
+    ) -> Requantize<'a, T> {
+        Requantize {
+            bias,
+            row_mult,
+            col_mult,
+            zero_point,
+            range,
+            isa: simd::isa(),
+            code: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: Code> Sink for Requantize<'_, T> {
+    type Out = T;
+
+    fn put(&self, i: usize, j: usize, sums: &[i32], dst: &mut [T]) {
+        let per = |v: &[f32], k: usize| if v.len() == 1 { v[0] } else { v[k] };
+        let bias = self.bias.map_or(0, |b| b[i]);
+        let row = per(self.row_mult, i);
+        let mut codes = [0i32; 64];
+        for (at, (sums, dst)) in sums.chunks(64).zip(dst.chunks_mut(64)).enumerate() {
+            let (codes, j) = (&mut codes[..sums.len()], j + at * 64);
+            if self.col_mult.len() == 1 {
+                let mult = [row * self.col_mult[0]];
+                requantize_run(self.isa, sums, codes, bias, &mult, self.zero_point, self.range);
+            } else {
+                let mut mults = [0f32; 64];
+                let mults = &mut mults[..sums.len()];
+                for (m, &c) in mults.iter_mut().zip(&self.col_mult[j..]) {
+                    *m = row * c;
+                }
+                requantize_run(self.isa, sums, codes, bias, mults, self.zero_point, self.range);
+            }
+            for (d, &c) in dst.iter_mut().zip(codes.iter()) {
+                *d = T::of(c);
+            }
+        }
+    }
 }
 
 /// QuantizeLinear: `x` with `scale` and `zero_point` laid out by `layout`, saturated to `range`.

@@ -5,7 +5,9 @@
 use rayon::prelude::*;
 
 use super::igemm::{ConvGeom, Taps};
-use super::qgemm::{Codes, PackedLeft, PackedRight, QKernel, qgemm, qgemm_one_thread, write_columns};
+use super::qgemm::{
+    Codes, PackedLeft, PackedRight, QKernel, RowOffset, Sink, qgemm, qgemm_one_thread, write_columns,
+};
 
 /// The filters of a convolution packed per group, as the left operands of its products.
 #[derive(Debug, Clone)]
@@ -39,19 +41,21 @@ impl PackedFilters {
 const STRIP_MIN: usize = 256;
 
 /// `y[n, m, out…]` of the codes `x [n, c, in…]` with zero point `x_zp` and the packed filters with
-/// zero points `w_zp` (one, or one per output channel).
+/// zero points `w_zp` (one, or one per output channel), each output channel's sums through `sink`
+/// (its rows are the output channels).
 ///
 /// A batch runs its images on the pool's threads. Fewer images than threads split each image's
 /// output positions into strips, each packed and multiplied by one task: packing the im2col matrix
 /// is most of the work of a convolution with few filters (a network's first, K = 27).
-pub(crate) fn conv_q(
+pub(crate) fn conv_q<S: Sink>(
     kernel: QKernel,
     x: Codes<'_>,
     x_zp: i32,
     w: &PackedFilters,
     w_zp: &[i32],
     g: &ConvGeom,
-) -> Vec<i32> {
+    sink: &S,
+) -> Vec<S::Out> {
     let in_size: usize = g.input.iter().product();
     let out_size: usize = g.output.iter().product();
     let k_size: usize = g.kernel.iter().product();
@@ -68,7 +72,7 @@ pub(crate) fn conv_q(
         cg,
         c: g.c,
     };
-    let mut y = vec![0i32; g.n * g.m * out_size];
+    let mut y = vec![S::Out::default(); g.n * g.m * out_size];
     let image_len = (g.m * out_size).max(1);
     let threads = rayon::current_num_threads();
     let strips = strip_count(out_size, kernel.nr(), threads);
@@ -76,11 +80,15 @@ pub(crate) fn conv_q(
         // whole images, on the pool's threads when there are several (each image's products
         // inside one task), else one image after another with products that may spread
         let images_parallel = g.n > 1 && threads > 1;
-        let image = |(img, y_img): (usize, &mut [i32])| {
+        let image = |(img, y_img): (usize, &mut [S::Out])| {
             for (grp, filters) in w.groups.iter().enumerate() {
                 let zp = group_zero_points(w_zp, grp, mg);
                 let dst = &mut y_img[grp * mg * out_size..(grp + 1) * mg * out_size];
-                src.product(filters, zp, img, grp, 0..out_size, dst, !images_parallel);
+                let sink = RowOffset {
+                    inner: sink,
+                    rows: grp * mg,
+                };
+                src.product(filters, zp, img, grp, 0..out_size, dst, &sink, !images_parallel);
             }
         };
         if images_parallel {
@@ -96,13 +104,17 @@ pub(crate) fn conv_q(
         .flat_map(|img| (0..w.groups.len()).map(move |grp| (img, grp)))
         .flat_map(|(img, grp)| (0..out_size.div_ceil(per)).map(move |s| (img, grp, s * per)))
         .collect();
-    let blocks: Vec<Vec<i32>> = tasks
+    let blocks: Vec<Vec<S::Out>> = tasks
         .par_iter()
         .map(|&(img, grp, first)| {
             let cols = first..(first + per).min(out_size);
-            let mut block = vec![0i32; mg * cols.len()];
+            let mut block = vec![S::Out::default(); mg * cols.len()];
             let zp = group_zero_points(w_zp, grp, mg);
-            src.product(&w.groups[grp], zp, img, grp, cols, &mut block, false);
+            let sink = RowOffset {
+                inner: sink,
+                rows: grp * mg,
+            };
+            src.product(&w.groups[grp], zp, img, grp, cols, &mut block, &sink, false);
             block
         })
         .collect();
@@ -147,16 +159,18 @@ struct Im2col<'a> {
 
 impl Im2col<'_> {
     /// The product of group `grp`'s `filters` with image `img`'s im2col columns `cols` (output
-    /// positions) into `dst` (`mg × cols.len()`), on the pool's threads when `parallel`.
+    /// positions) through `sink` into `dst` (`mg × cols.len()`), on the pool's threads when
+    /// `parallel`.
     #[allow(clippy::too_many_arguments)]
-    fn product(
+    fn product<S: Sink>(
         &self,
         filters: &PackedLeft,
         w_zp: &[i32],
         img: usize,
         grp: usize,
         cols: std::ops::Range<usize>,
-        dst: &mut [i32],
+        dst: &mut [S::Out],
+        sink: &S,
         parallel: bool,
     ) {
         let (in_size, k_size) = (self.in_size, self.k_size);
@@ -181,9 +195,9 @@ impl Im2col<'_> {
             },
         );
         if parallel {
-            qgemm(filters, &right, w_zp, &[self.x_zp], dst);
+            qgemm(filters, &right, w_zp, &[self.x_zp], sink, dst);
         } else {
-            qgemm_one_thread(filters, &right, w_zp, &[self.x_zp], dst);
+            qgemm_one_thread(filters, &right, w_zp, &[self.x_zp], sink, dst);
         }
     }
 }

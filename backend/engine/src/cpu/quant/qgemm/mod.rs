@@ -346,22 +346,108 @@ pub(super) fn value(b: u8, signed: bool) -> i32 {
     if signed { i32::from(b as i8) } else { i32::from(b) }
 }
 
-/// `c[m×n] = Σ_k (l − zl)(r − zr)`: `zl` one zero point or one per row, `zr` one or one per column,
-/// in the operands' own codes. `c` holds at least m·n values.
+/// What a product writes for each row of its sums: the sums as they are ([`Sums`]), or what a
+/// node makes of them (requantized codes), so that no INT32 matrix is stored in between.
+pub(crate) trait Sink: Sync {
+    /// An output value.
+    type Out: Copy + Default + Send + Sync;
+
+    /// Row `i`'s sums for columns `j…` (zero points applied) into `dst`.
+    fn put(&self, i: usize, j: usize, sums: &[i32], dst: &mut [Self::Out]);
+
+    /// `out` as the sums' own storage, when the sink keeps them as they are (then the product
+    /// writes them there and [`Sink::put`] is not called).
+    fn in_place(_out: &mut [Self::Out]) -> Option<&mut [i32]> {
+        None
+    }
+
+    /// Sums computed elsewhere (`values`: rows of `width`, the k-th being the sink's row
+    /// `k % period`), through the sink.
+    fn rows(&self, values: Vec<i32>, period: usize, width: usize) -> Vec<Self::Out> {
+        let mut out = vec![Self::Out::default(); values.len()];
+        let w = width.max(1);
+        for (k, (v, o)) in values.chunks(w).zip(out.chunks_mut(w)).enumerate() {
+            self.put(k % period.max(1), 0, v, o);
+        }
+        out
+    }
+}
+
+/// The sums themselves (MatMulInteger, ConvInteger).
+pub(crate) struct Sums;
+
+impl Sink for Sums {
+    type Out = i32;
+
+    fn put(&self, _: usize, _: usize, sums: &[i32], dst: &mut [i32]) {
+        dst.copy_from_slice(sums);
+    }
+
+    fn rows(&self, values: Vec<i32>, _: usize, _: usize) -> Vec<i32> {
+        values
+    }
+
+    fn in_place(out: &mut [i32]) -> Option<&mut [i32]> {
+        Some(out)
+    }
+}
+
+/// A sink whose rows are `rows` further on in `inner`'s (a convolution group's filters).
+pub(crate) struct RowOffset<'a, S> {
+    pub(crate) inner: &'a S,
+    pub(crate) rows: usize,
+}
+
+impl<S: Sink> Sink for RowOffset<'_, S> {
+    type Out = S::Out;
+
+    fn put(&self, i: usize, j: usize, sums: &[i32], dst: &mut [S::Out]) {
+        self.inner.put(self.rows + i, j, sums, dst);
+    }
+
+    fn in_place(out: &mut [S::Out]) -> Option<&mut [i32]> {
+        S::in_place(out)
+    }
+}
+
+/// `c[m×n] = sink(Σ_k (l − zl)(r − zr))`: `zl` one zero point or one per row, `zr` one or one per
+/// column, in the operands' own codes. `c` holds at least m·n values.
 ///
 /// # Panics
 /// When the operands were packed for different kernels, or their k or types do not fit.
-pub(crate) fn qgemm(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32]) {
-    product(l, r, zl, zr, c, true);
+pub(crate) fn qgemm<S: Sink>(
+    l: &PackedLeft,
+    r: &PackedRight,
+    zl: &[i32],
+    zr: &[i32],
+    sink: &S,
+    c: &mut [S::Out],
+) {
+    product(l, r, zl, zr, sink, c, true);
 }
 
 /// [`qgemm`] on the calling thread alone (a task that is already one of several).
-pub(crate) fn qgemm_one_thread(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32]) {
-    product(l, r, zl, zr, c, false);
+pub(crate) fn qgemm_one_thread<S: Sink>(
+    l: &PackedLeft,
+    r: &PackedRight,
+    zl: &[i32],
+    zr: &[i32],
+    sink: &S,
+    c: &mut [S::Out],
+) {
+    product(l, r, zl, zr, sink, c, false);
 }
 
 /// [`qgemm`], over the pool's threads when `parallel` and the product is large enough.
-fn product(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32], parallel: bool) {
+fn product<S: Sink>(
+    l: &PackedLeft,
+    r: &PackedRight,
+    zl: &[i32],
+    zr: &[i32],
+    sink: &S,
+    c: &mut [S::Out],
+    parallel: bool,
+) {
     assert!(
         l.kernel == r.kernel && l.k == r.k && r.signed != l.signed,
         "qgemm: operands packed for different products"
@@ -388,22 +474,22 @@ fn product(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32
     let threads = if parallel { rayon::current_num_threads() } else { 1 };
     if m * n * k < PARALLEL_FROM || threads == 1 {
         for (p, rows) in c.chunks_mut(mr * n).enumerate() {
-            block(l, r, &fix, p, 0..col_panels, rows, n, 0);
+            block(l, r, &fix, sink, p, 0..col_panels, rows, n, 0);
         }
     } else if row_panels >= 2 * threads {
         c.par_chunks_mut(mr * n)
             .enumerate()
-            .for_each(|(p, rows)| block(l, r, &fix, p, 0..col_panels, rows, n, 0));
+            .for_each(|(p, rows)| block(l, r, &fix, sink, p, 0..col_panels, rows, n, 0));
     } else {
         // Few row panels: split the columns, each task writing its own block, copied into c after.
-        let tasks: Vec<(usize, Vec<i32>)> = (0..col_panels.div_ceil(PANELS_PER_TASK))
+        let tasks: Vec<(usize, Vec<S::Out>)> = (0..col_panels.div_ceil(PANELS_PER_TASK))
             .into_par_iter()
             .map(|t| {
                 let qs = t * PANELS_PER_TASK..((t + 1) * PANELS_PER_TASK).min(col_panels);
                 let (j0, j1) = (qs.start * nr, (qs.end * nr).min(n));
-                let mut out = vec![0i32; m * (j1 - j0)];
+                let mut out = vec![S::Out::default(); m * (j1 - j0)];
                 for (p, rows) in out.chunks_mut(mr * (j1 - j0)).enumerate() {
-                    block(l, r, &fix, p, qs.clone(), rows, j1 - j0, j0);
+                    block(l, r, &fix, sink, p, qs.clone(), rows, j1 - j0, j0);
                 }
                 (j0, out)
             })
@@ -416,7 +502,7 @@ fn product(l: &PackedLeft, r: &PackedRight, zl: &[i32], zr: &[i32], c: &mut [i32
 
 /// Writes `block` (`rows` rows of a task's columns, row-major) into columns `j0…` of the matrix `c`
 /// whose rows are `ld` values apart.
-pub(super) fn write_columns(c: &mut [i32], ld: usize, j0: usize, block: &[i32], rows: usize) {
+pub(super) fn write_columns<T: Copy>(c: &mut [T], ld: usize, j0: usize, block: &[T], rows: usize) {
     let width = block.len() / rows.max(1);
     for (i, row) in block.chunks_exact(width.max(1)).enumerate() {
         c[i * ld + j0..][..width].copy_from_slice(row);
@@ -432,30 +518,82 @@ struct Correction<'a> {
     sr: &'a [i32],
 }
 
-/// The tiles of row panel `p` and column panels `qs`, written into `rows` (the panel's rows of an
-/// output `ld` wide whose first column is column `j0` of C).
+/// The tiles of row panel `p` and column panels `qs`, through `sink` into `rows` (the panel's rows
+/// of an output `ld` wide whose first column is column `j0` of C).
 #[allow(clippy::too_many_arguments)]
-fn block(
+fn block<S: Sink>(
     l: &PackedLeft,
     r: &PackedRight,
     fix: &Correction<'_>,
+    sink: &S,
     p: usize,
     qs: std::ops::Range<usize>,
-    rows: &mut [i32],
+    rows: &mut [S::Out],
     ld: usize,
     j0: usize,
 ) {
+    let (mr, nr) = (l.kernel.mr(), l.kernel.nr());
+    let isa = crate::cpu::simd::isa();
+    if let Some(out) = S::in_place(rows) {
+        panel_tiles(l, r, p, qs, |ii, jq, dots| {
+            correct_row(
+                isa,
+                fix,
+                p * mr + ii,
+                jq,
+                dots,
+                &mut out[ii * ld + jq - j0..][..dots.len()],
+            );
+        });
+        return;
+    }
+    // the panel's sums of these columns first, then each whole row through the sink: its work per
+    // call (the requantization's) pays off over a row, not over a tile's 32 columns
+    let first = qs.start * nr;
+    let width = (qs.end * nr).min(r.n).saturating_sub(first);
+    let panel_rows = rows.len() / ld.max(1);
+    PANEL_SUMS.with_borrow_mut(|sums| {
+        sums.clear();
+        sums.resize(panel_rows * width, 0);
+        panel_tiles(l, r, p, qs, |ii, jq, dots| {
+            let at = ii * width + jq - first;
+            correct_row(isa, fix, p * mr + ii, jq, dots, &mut sums[at..at + dots.len()]);
+        });
+        for (ii, row_sums) in sums.chunks_exact(width.max(1)).enumerate() {
+            sink.put(
+                p * mr + ii,
+                first,
+                row_sums,
+                &mut rows[ii * ld + first - j0..][..width],
+            );
+        }
+    });
+}
+
+thread_local! {
+    /// A row panel's sums before they go through a sink that does not keep them as they are.
+    static PANEL_SUMS: std::cell::RefCell<Vec<i32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The tiles of row panel `p` and column panels `qs`: `each(row in the panel, first column, the
+/// row's dot products)` for every row of the matrix in each tile.
+fn panel_tiles(
+    l: &PackedLeft,
+    r: &PackedRight,
+    p: usize,
+    qs: std::ops::Range<usize>,
+    mut each: impl FnMut(usize, usize, &[i32]),
+) {
     let (mr, nr, groups) = (l.kernel.mr(), l.kernel.nr(), l.k.div_ceil(4));
     let lp: &[u8] = bytemuck::cast_slice(&l.data[p * groups * mr..(p + 1) * groups * mr]);
-    let isa = crate::cpu::simd::isa();
+    let panel_rows = mr.min(l.m - p * mr);
     let mut tile = [0i32; TILE];
     for q in qs {
         let rp: &[u8] = bytemuck::cast_slice(&r.data[q * groups * nr..(q + 1) * groups * nr]);
         run_tile(l.kernel, !l.signed, groups, lp, rp, &mut tile);
         let (jq, cols) = (q * nr, nr.min(r.n - q * nr));
-        for (ii, out) in rows.chunks_mut(ld).enumerate() {
-            let dots = &tile[ii * nr..ii * nr + cols];
-            correct_row(isa, fix, p * mr + ii, jq, dots, &mut out[jq - j0..jq - j0 + cols]);
+        for ii in 0..panel_rows {
+            each(ii, jq, &tile[ii * nr..ii * nr + cols]);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The integer product on raw codes against the reference on centred values (`igemm`), exactly,
 //! for every kernel this CPU has.
 
-use super::{Codes, PackedLeft, PackedRight, QKernel, qgemm};
+use super::{Codes, PackedLeft, PackedRight, QKernel, Sums, qgemm};
 use crate::cpu::quant::igemm::{ConvGeom, centred, conv_i32, igemm};
 use crate::cpu::quant::qconv::{PackedFilters, conv_q};
 use crate::cpu::simd::all_available;
@@ -68,7 +68,7 @@ fn check_product(kernel: QKernel, rng: &mut Rng, (m, k, n): (usize, usize, usize
         let l = PackedLeft::pack(kernel, codes(&a, sa), m, k);
         let r = PackedRight::pack(kernel, codes(&b, sb), k, n, sa);
         let mut c = vec![i32::MIN; m * n];
-        qgemm(&l, &r, &za, &zb, &mut c);
+        qgemm(&l, &r, &za, &zb, &Sums, &mut c);
         let want = reference((&a, sa, &za), (&b, sb, &zb), m, k, n);
         assert_eq!(
             c, want,
@@ -119,7 +119,7 @@ fn qgemm_wraps_past_the_i32_range_as_the_reference_does() {
         let l = PackedLeft::pack(kernel, codes(&a, false), 1, k);
         let r = PackedRight::pack(kernel, codes(&b, true), k, 1, false);
         let mut c = [0];
-        qgemm(&l, &r, &[0], &[0], &mut c);
+        qgemm(&l, &r, &[0], &[0], &Sums, &mut c);
         let want = (255i64 * -128 * k as i64) as i32;
         assert_eq!(c[0], want, "{kernel:?}");
         assert_eq!(reference((&a, false, &[0]), (&b, true, &[0]), 1, k, 1), [want]);
@@ -194,7 +194,7 @@ fn conv_q_matches(geoms: &[Geom]) {
                 let x_zp = rng.zero_points(sx, 1)[0];
                 let w_zp = rng.zero_points(sw, m);
                 let filters = PackedFilters::pack(kernel, codes(&w, sw), m, group);
-                let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g);
+                let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g, &Sums);
                 let xv: Vec<i32> = x.iter().map(|&v| code(v, sx)).collect();
                 let wv: Vec<i32> = w.iter().map(|&v| code(v, sw)).collect();
                 let xc = centred(&xv, |_| x_zp);
