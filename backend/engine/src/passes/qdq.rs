@@ -9,9 +9,12 @@
 //! (and the QuantizeLinear of a float weight before it) into a float constant. Grouped and
 //! depthwise convolutions stay float: their products are too narrow for the integer GEMM.
 //!
-//! It is opt-in (`INFERGATE_QDQ_INTEGER=1`): on the zoo's `ocr_cls_qdq`, whose convolutions are
-//! small, the float kernels between element-wise QuantizeLinear/DequantizeLinear run faster than
-//! the integer products with their packing (figures in `docs/benchmarks.md`).
+//! By default only products whose weight holds [`LARGE_WEIGHT_CODES`] codes or more are rewritten:
+//! on those (a quantized ResNet-50's) the integer product is the faster, while on small ones (the
+//! zoo's `ocr_cls_qdq`, whose weights hold at most 10,000 codes) the float kernels between
+//! element-wise QuantizeLinear/DequantizeLinear are, and the float graph splits a batch into
+//! one-sample runs where the integer one cannot (figures in `docs/benchmarks.md`).
+//! `INFERGATE_QDQ_INTEGER=1` rewrites every product, `=0` none (read once per process).
 
 use std::sync::OnceLock;
 
@@ -20,20 +23,33 @@ use crate::ir::{ConvWindow, Graph, Node, Op, QuantOp, ValueId};
 use crate::passes::{Facts, fold, is_output, sweep};
 use crate::tensor::{DataType, Tensor};
 
-/// The rewrite when `INFERGATE_QDQ_INTEGER=1` (read once); see the module documentation.
+/// The weight size (codes) from which a product is rewritten by default.
+pub(crate) const LARGE_WEIGHT_CODES: usize = 1 << 14;
+
+/// The rewrite of the products `INFERGATE_QDQ_INTEGER` selects (read once); see the module
+/// documentation.
 pub(crate) fn qdq_to_qlinear(g: &mut Graph) -> Result<bool> {
-    static ON: OnceLock<bool> = OnceLock::new();
-    if *ON.get_or_init(|| std::env::var("INFERGATE_QDQ_INTEGER").is_ok_and(|v| v == "1")) {
-        rewrite(g)
-    } else {
-        Ok(false)
+    static FROM: OnceLock<Option<usize>> = OnceLock::new();
+    let from = FROM.get_or_init(|| match std::env::var("INFERGATE_QDQ_INTEGER").as_deref() {
+        Ok("1") => Some(0),
+        Ok("0") => None,
+        _ => Some(LARGE_WEIGHT_CODES),
+    });
+    match from {
+        Some(codes) => rewrite_from(g, *codes),
+        None => Ok(false),
     }
 }
 
 /// Every QDQ-wrapped Conv and MatMul of `g` as QLinearConv and QLinearMatMul.
 pub(crate) fn rewrite(g: &mut Graph) -> Result<bool> {
+    rewrite_from(g, 0)
+}
+
+/// [`rewrite`] of the products whose weight holds `min_codes` codes or more.
+pub(crate) fn rewrite_from(g: &mut Graph, min_codes: usize) -> Result<bool> {
     sweep(g, |g, facts, i| {
-        let Some(rw) = matched(g, facts, i)? else {
+        let Some(rw) = matched(g, facts, i, min_codes)? else {
             return Ok(None);
         };
         Ok(Some(apply(g, i, rw)))
@@ -66,7 +82,7 @@ struct Dq {
     zero_point: Option<Tensor>,
 }
 
-fn matched(g: &Graph, facts: &Facts, i: usize) -> Result<Option<Rewrite>> {
+fn matched(g: &Graph, facts: &Facts, i: usize, min_codes: usize) -> Result<Option<Rewrite>> {
     let n = &g.nodes[i];
     let conv = match &n.op {
         Op::Conv {
@@ -142,7 +158,11 @@ fn matched(g: &Graph, facts: &Facts, i: usize) -> Result<Option<Rewrite>> {
     let Some(w_codes) = constant_codes(g, facts, dw.codes)? else {
         return Ok(None);
     };
-    if !is_int8(w_codes.dtype) || (!is_conv && w_codes.shape.len() != 2) || w_codes.shape.len() < 2 {
+    if !is_int8(w_codes.dtype)
+        || (!is_conv && w_codes.shape.len() != 2)
+        || w_codes.shape.len() < 2
+        || w_codes.len() < min_codes
+    {
         return Ok(None);
     }
     let channels = w_codes.shape[channel_axis];

@@ -109,6 +109,75 @@ fn qdq_matmul_becomes_qlinear_matmul_with_the_same_numbers() {
     check(&model, &[3, k], "QLinearMatMul");
 }
 
+#[test]
+fn qdq_matmul_of_stacked_rows_becomes_qlinear_matmul_with_the_same_numbers() {
+    let (k, n) = (10, 7);
+    let w: Vec<f32> = (0..k * n).map(|i| ((i * 11) % 19) as f32 * 0.03 - 0.27).collect();
+    let model = qdq_model("MatMul", &[2, 3, 10], &[10, 7], &w, n, &[2, 3, 7]);
+    check(&model, &[2, 3, k], "QLinearMatMul");
+}
+
+#[test]
+fn chained_qdq_convs_all_become_qlinear_convs() {
+    // x → Conv a → Q/DQ → Conv b → Q/DQ: the second Conv reads the codes the first one's rewrite
+    // writes, whose type the pass must know to match it (a ResNet's convolutions all chain so)
+    let (c, m) = (4, 6);
+    let wa: Vec<f32> = (0..m * c * 9)
+        .map(|i| ((i * 13) % 29) as f32 * 0.02 - 0.28)
+        .collect();
+    let wb: Vec<f32> = (0..m * m).map(|i| ((i * 7) % 17) as f32 * 0.03 - 0.24).collect();
+    let per_channel = || vec![super::int("axis", 0)];
+    let nodes = vec![
+        node("QuantizeLinear", &["x", "sx", "zx"], "xq", vec![]),
+        node("DequantizeLinear", &["xq", "sx", "zx"], "xd", vec![]),
+        node("QuantizeLinear", &["wa", "sw", "zw"], "waq", per_channel()),
+        node("DequantizeLinear", &["waq", "sw", "zw"], "wad", per_channel()),
+        node("Conv", &["xd", "wad"], "a", vec![]),
+        node("QuantizeLinear", &["a", "sa", "za"], "aq", vec![]),
+        node("DequantizeLinear", &["aq", "sa", "za"], "ad", vec![]),
+        node("QuantizeLinear", &["wb", "sw", "zw"], "wbq", per_channel()),
+        node("DequantizeLinear", &["wbq", "sw", "zw"], "wbd", per_channel()),
+        node("Conv", &["ad", "wbd"], "b", vec![]),
+        node("QuantizeLinear", &["b", "sy", "zy"], "bq", vec![]),
+        node("DequantizeLinear", &["bq", "sy", "zy"], "y", vec![]),
+    ];
+    let w_scale: Vec<f32> = (0..m).map(|c| 0.01 + 0.004 * c as f32).collect();
+    let inits = vec![
+        init("wa", &[6, 4, 3, 3], &wa),
+        init("wb", &[6, 6, 1, 1], &wb),
+        init("sx", &[], &[0.05]),
+        codes("zx", 2, &[], &[100]),
+        init("sw", &[m as i64], &w_scale),
+        codes("zw", 3, &[m as i64], &vec![0; m]),
+        init("sa", &[], &[0.08]),
+        codes("za", 2, &[], &[110]),
+        init("sy", &[], &[0.1]),
+        codes("zy", 2, &[], &[120]),
+    ];
+    let model = bytes(nodes, inits, &[1, 4, 7, 6], &[1, 6, 5, 4]);
+    check(&model, &[1, c, 7, 6], "QLinearConv");
+}
+
+#[test]
+fn by_default_only_products_with_large_weights_become_integer() {
+    use crate::passes::qdq::{LARGE_WEIGHT_CODES, rewrite_from};
+    let rewritten = |model: &[u8]| {
+        let mut g = crate::onnx::load_graph(model, None).unwrap();
+        rewrite_from(&mut g, LARGE_WEIGHT_CODES).unwrap()
+    };
+    // 6 × 5 × 3 × 3 codes: the float kernels between the pairs are the faster
+    let w: Vec<f32> = (0..270).map(|i| ((i * 13) % 29) as f32 * 0.02 - 0.28).collect();
+    let small = qdq_model("Conv", &[1, 5, 7, 6], &[6, 5, 3, 3], &w, 6, &[1, 6, 5, 4]);
+    assert!(!rewritten(&small));
+    // 256 × 64 codes, the size of a ResNet's 1×1 convolutions: integer
+    let (c, m) = (64, 256);
+    assert_eq!(m * c, LARGE_WEIGHT_CODES);
+    let w: Vec<f32> = (0..m * c).map(|i| ((i * 7) % 31) as f32 * 0.01 - 0.15).collect();
+    let large = qdq_model("Conv", &[1, 64, 2, 3], &[256, 64, 1, 1], &w, m, &[1, 256, 2, 3]);
+    assert!(rewritten(&large));
+    check(&large, &[1, c, 2, 3], "QLinearConv");
+}
+
 /// What QuantizeLinear then DequantizeLinear give, from the ONNX definitions.
 fn fake_quantized(x: f32, scale: f32, zero_point: i32, (lo, hi): (i32, i32)) -> f32 {
     let q = ((x / scale).round_ties_even() as i32 + zero_point).clamp(lo, hi);
