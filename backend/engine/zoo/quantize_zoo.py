@@ -2,6 +2,8 @@
 zoo) quantized by `onnxruntime.quantization`, the usual way users make CPU inference cheaper.
 
     python quantize_zoo.py ZOO_DIR
+    python quantize_zoo.py ZOO_DIR --resnet50
+
 
 Runs in the project venv (onnxruntime) after export_zoo.py and zoo_reference.py. Writes into ZOO_DIR:
 - ocr_cls_qdq.onnx: `quantize_static` in QDQ format (QuantizeLinear/DequantizeLinear pairs), INT8
@@ -11,6 +13,10 @@ Runs in the project venv (onnxruntime) after export_zoo.py and zoo_reference.py.
 - quantized.json: per model its source, quantizer and test inputs (the manifest.json format);
 - ref/<name>/b<N>/: onnxruntime's outputs for the test inputs, made as zoo_reference.py makes them.
 Deterministic: the calibration images and test inputs are seeded.
+
+With --resnet50 it writes only tv_resnet50_qdq.onnx: the zoo's torchvision ResNet-50 through
+`quant_pre_process` and `quantize_static` as above (224×224 calibration images), for benchmarks; no
+test reads it (on lavapipe it would take minutes).
 """
 import argparse
 import json
@@ -23,6 +29,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
                                       quantize_static)
+from onnxruntime.quantization.shape_inference import quant_pre_process
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from zoo_reference import make_input  # noqa: E402
@@ -34,9 +41,9 @@ SHAPE = [3, 48, 192]
 class RandomImages(CalibrationDataReader):
     """Seeded random images: real calibration data is not needed to exercise the operators."""
 
-    def __init__(self, input_name, count=8):
+    def __init__(self, input_name, count=8, shape=SHAPE):
         rng = np.random.default_rng(7)
-        self.batches = iter([{input_name: rng.standard_normal([1] + SHAPE).astype(np.float32)}
+        self.batches = iter([{input_name: rng.standard_normal([1] + shape).astype(np.float32)}
                              for _ in range(count)])
 
     def get_next(self):
@@ -59,11 +66,27 @@ def write_refs(zoo, name, spec, batches=(1, 2)):
             onnx.save_tensor(numpy_helper.from_array(v, o.name), os.path.join(d, f"output_{i}.pb"))
 
 
+def quantize_resnet50(zoo):
+    src = os.path.join(zoo, "tv_resnet50.onnx")
+    pre = os.path.join(zoo, "tv_resnet50_pre.onnx")
+    dst = os.path.join(zoo, "tv_resnet50_qdq.onnx")
+    input_name = onnx.load(src, load_external_data=False).graph.input[0].name
+    quant_pre_process(src, pre)
+    quantize_static(pre, dst, RandomImages(input_name, shape=[3, 224, 224]), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    os.remove(pre)
+    print(f"zoo quantized: {dst}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
+    ap.add_argument("--resnet50", action="store_true", help="write only tv_resnet50_qdq.onnx (benchmarks)")
     a = ap.parse_args()
     ort.set_default_logger_severity(3)  # the quantizer's per-initializer warnings are noise here
+    if a.resnet50:
+        quantize_resnet50(a.dir)
+        return
     base = json.load(open(os.path.join(a.dir, "manifest.json")))[BASE]
     src = os.path.join(a.dir, f"{BASE}.onnx")
     input_name = onnx.load(src, load_external_data=False).graph.input[0].name
