@@ -41,12 +41,8 @@ pub(crate) fn qdq_to_qlinear(g: &mut Graph) -> Result<bool> {
     }
 }
 
-/// Every QDQ-wrapped Conv and MatMul of `g` as QLinearConv and QLinearMatMul.
-pub(crate) fn rewrite(g: &mut Graph) -> Result<bool> {
-    rewrite_from(g, 0)
-}
-
-/// [`rewrite`] of the products whose weight holds `min_codes` codes or more.
+/// Every QDQ-wrapped Conv and MatMul of `g` whose weight holds `min_codes` codes or more as
+/// QLinearConv and QLinearMatMul.
 pub(crate) fn rewrite_from(g: &mut Graph, min_codes: usize) -> Result<bool> {
     sweep(g, |g, facts, i| {
         let Some(rw) = matched(g, facts, i, min_codes)? else {

@@ -65,7 +65,7 @@ fn qdq_model(op: &str, x: &[i64], w_dims: &[i64], w: &[f32], channels: usize, y:
 fn check(model: &[u8], shape: &[usize], want_op: &str) {
     let plain = Arc::new(Model::from_bytes(model, None).unwrap());
     let mut g = crate::onnx::load_graph(model, None).unwrap();
-    assert!(crate::passes::qdq::rewrite(&mut g).unwrap());
+    assert!(crate::passes::qdq::rewrite_from(&mut g, 0).unwrap());
     let rewritten = Arc::new(Model::from_graph(g).unwrap());
     let ops = op_names(&rewritten);
     assert!(ops.contains(&want_op), "{ops:?}");
