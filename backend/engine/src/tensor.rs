@@ -219,18 +219,7 @@ impl Tensor {
 
     /// A tensor holding a copy of typed values.
     pub fn from_slice<T: Element>(shape: Vec<usize>, values: &[T]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != values.len() {
-            return Err(EngineError::invalid(format!(
-                "tensor of shape {shape:?} needs {n} elements, got {}",
-                values.len()
-            )));
-        }
-        Ok(Tensor {
-            dtype: T::DTYPE,
-            shape,
-            data: Bytes::from(bytemuck::cast_slice::<T, u8>(values).to_vec()),
-        })
+        Tensor::from_vec(shape, values.to_vec())
     }
 
     /// A tensor that takes `values` as its bytes without copying them.
