@@ -451,8 +451,10 @@ fn quantize_bytes(
     let isa = simd::isa();
     layout.runs(x.len(), |r, p, step| {
         if step == 0 {
-            let z = zero_point.map_or(0, |z| z[p]);
-            quantize_bytes_run(isa, &x[r.clone()], &mut y[r], scale[p], z, range);
+            let (s, z) = (scale[p], zero_point.map_or(0, |z| z[p]));
+            in_pieces(&x[r.clone()], &mut y[r], |x, y| {
+                quantize_bytes_run(isa, x, y, s, z, range)
+            });
             return;
         }
         for (j, i) in r.enumerate() {
@@ -510,19 +512,20 @@ pub(crate) fn dequantize_8bit(
 }
 
 /// [`dequantize`] of codes of type `T`: `run` dequantizes a run of one scale, `value` widens one code.
-fn dequantize_from<T: Copy>(
+fn dequantize_from<T: Copy + Sync>(
     x: &[T],
     scale: &[f32],
     zero_point: Option<&[i32]>,
     layout: Layout,
-    run: impl Fn(&[T], &mut [f32], f32, i32),
+    run: impl Fn(&[T], &mut [f32], f32, i32) + Sync,
     value: impl Fn(T) -> i32,
 ) -> Vec<f32> {
     // every value is written: the runs cover the tensor
     let mut y = arena::take(x.len());
     layout.runs(x.len(), |r, p, step| {
         if step == 0 {
-            run(&x[r.clone()], &mut y[r], scale[p], zero_point.map_or(0, |z| z[p]));
+            let (s, z) = (scale[p], zero_point.map_or(0, |z| z[p]));
+            in_pieces(&x[r.clone()], &mut y[r], |x, y| run(x, y, s, z));
             return;
         }
         for (j, i) in r.enumerate() {
@@ -654,8 +657,7 @@ fn quantize_dequantize_lanes<const FMA: bool>(
 /// for its range and for its codes: the range of the pieces' ranges is the whole's, so the values are the same.
 pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
     let isa = simd::isa();
-    let parallel = x.len() >= PAR_MIN;
-    let (lo, hi) = if parallel {
+    let (lo, hi) = if x.len() >= PAR_MIN {
         x.par_chunks(PAR_MIN / 4)
             .map(|c| range_with_zero_run(isa, c))
             .reduce(|| (0.0, 0.0), |(l, h), (a, b)| (l.min(a), h.max(b)))
@@ -665,14 +667,22 @@ pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
     let mut y = vec![0u8; x.len()];
-    if parallel {
+    in_pieces(x, &mut y, |x, y| {
+        quantize_bytes_run(isa, x, y, scale, zero_point, (0, 255))
+    });
+    (y, scale, zero_point as u8)
+}
+
+/// `run` over matching pieces of `x` and `y`, on the pool's threads when they hold [`PAR_MIN`]
+/// values or more (the pieces of an element-wise loop are independent).
+fn in_pieces<A: Sync, B: Send>(x: &[A], y: &mut [B], run: impl Fn(&[A], &mut [B]) + Sync) {
+    if x.len() >= PAR_MIN {
         y.par_chunks_mut(PAR_MIN / 4)
             .zip(x.par_chunks(PAR_MIN / 4))
-            .for_each(|(y, x)| quantize_bytes_run(isa, x, y, scale, zero_point, (0, 255)));
+            .for_each(|(y, x)| run(x, y));
     } else {
-        quantize_bytes_run(isa, x, &mut y, scale, zero_point, (0, 255));
+        run(x, y);
     }
-    (y, scale, zero_point as u8)
 }
 
 simd::multiversion! {

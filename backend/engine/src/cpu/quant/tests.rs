@@ -93,6 +93,26 @@ fn dynamic_quantize_of_a_large_input_split_over_threads_follows_the_formula() {
 }
 
 #[test]
+fn eight_bit_codes_of_a_large_tensor_split_over_threads_are_the_values_of_the_general_path() {
+    // per tensor, 3½ pieces on a 4-thread pool, each piece with its own values at its edges
+    let n = 3 * PAR_MIN + PAR_MIN / 2;
+    let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1001) as f32 * 0.5 - 250.0).collect();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+    for (dtype, range, zp) in [(DataType::U8, (0, 255), 3), (DataType::I8, (-128, 127), -7)] {
+        let layout = Layout::PerTensor;
+        let want = int_buf(dtype, quantize(&x, &[0.75], Some(&[zp]), layout, range)).unwrap();
+        let got = pool.install(|| quantize_8bit(&x, &[0.75], Some(&[zp]), layout, dtype).unwrap());
+        assert_eq!(got, want, "{dtype}");
+        let values = super::linear::ints(&got, "x").unwrap();
+        assert_eq!(
+            pool.install(|| dequantize_8bit(&got, &[0.75], Some(&[zp]), layout).unwrap()),
+            dequantize(&values, &[0.75], Some(&[zp]), layout, true),
+            "{dtype}"
+        );
+    }
+}
+
+#[test]
 fn igemm_matches_a_naive_product_on_both_paths() {
     for (m, k, n) in [(3, 5, 4), (64, 40, 33)] {
         let a: Vec<i16> = (0..m * k).map(|i| ((i * 37) % 511) as i16 - 255).collect();
