@@ -12,6 +12,9 @@
 //! zero-padded to whole panels and groups (a zero byte adds nothing to a product), with the sums
 //! of each row and column. x86-64 only: elsewhere, and with `INFERGATE_CPU_ISA=scalar`, the
 //! callers run `igemm::igemm` on centred values.
+//!
+//! The sums leave through a [`Sink`]: kept as they are, or requantized row by row into the codes
+//! of a QLinear node, so that no INT32 matrix is stored between the product and its output.
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
