@@ -167,8 +167,9 @@ impl Buf {
         })
     }
 
-    /// Refuses a shape of another number of elements than this buffer holds (an executor's bug).
-    fn check_fits(&self, shape: &[usize]) -> Result<()> {
+    /// The values in a tensor, handed over without copying them (booleans and strings, stored
+    /// differently in a tensor, are copied).
+    pub(crate) fn into_tensor(self, shape: Vec<usize>) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if n != self.len() {
             return Err(EngineError::internal(format!(
@@ -176,13 +177,6 @@ impl Buf {
                 self.len()
             )));
         }
-        Ok(())
-    }
-
-    /// [`Buf::to_tensor`] that hands the values over without copying them (strings and booleans,
-    /// stored differently in a tensor, are copied).
-    pub(crate) fn into_tensor(self, shape: Vec<usize>) -> Result<Tensor> {
-        self.check_fits(&shape)?;
         match self {
             Buf::F32(v) => Tensor::from_vec(shape, v),
             Buf::F64(v) => Tensor::from_vec(shape, v),
@@ -201,24 +195,9 @@ impl Buf {
         }
     }
 
+    /// The values in a tensor of their own (a copy).
     pub(crate) fn to_tensor(&self, shape: Vec<usize>) -> Result<Tensor> {
-        self.check_fits(&shape)?;
-        Ok(match self {
-            Buf::F32(v) => Tensor::from_slice(shape, v)?,
-            Buf::F64(v) => Tensor::from_slice(shape, v)?,
-            Buf::F16(v) => Tensor::from_slice(shape, v)?,
-            Buf::BF16(v) => Tensor::from_slice(shape, v)?,
-            Buf::I8(v) => Tensor::from_slice(shape, v)?,
-            Buf::I16(v) => Tensor::from_slice(shape, v)?,
-            Buf::I32(v) => Tensor::from_slice(shape, v)?,
-            Buf::I64(v) => Tensor::from_slice(shape, v)?,
-            Buf::U8(v) => Tensor::from_slice(shape, v)?,
-            Buf::U16(v) => Tensor::from_slice(shape, v)?,
-            Buf::U32(v) => Tensor::from_slice(shape, v)?,
-            Buf::U64(v) => Tensor::from_slice(shape, v)?,
-            Buf::Bool(v) => Tensor::from_bools(shape, v)?,
-            Buf::Str(v) => Tensor::from_strings(shape, v)?,
-        })
+        self.clone().into_tensor(shape)
     }
 
     /// Values as f32 (floats converted; other types cast).
