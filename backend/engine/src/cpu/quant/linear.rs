@@ -270,55 +270,122 @@ fn dequantize_lanes<const FMA: bool>(x: &[i32], y: &mut [f32], scale: f32, zero_
     }
 }
 
-simd::multiversion! {
-    /// QLinearConv's and QLinearMatMul's output: `y[i] = quantize_one((acc[i] + bias) · mult[i],
-    /// 1, zero_point, range)` (the bias added with i32 wrapping), `mult` one value or one per
-    /// element, in vector lanes.
-    fn requantize_run(
-        acc: &[i32],
-        y: &mut [i32],
-        bias: i32,
-        mult: &[f32],
-        zero_point: i32,
-        range: (i32, i32),
-    ) = requantize_lanes;
-}
-
+/// QLinearConv's and QLinearMatMul's output: `y[i]` the code of `quantize_one((acc[i] + bias) ·
+/// mult[i], 1, zero_point, range)` (the bias added with i32 wrapping), `mult` one value or one per
+/// element, in vector lanes down to the narrowing of each code.
 #[inline(always)]
-fn requantize_lanes<const FMA: bool>(
+fn requantize_lanes<T: Code>(
     acc: &[i32],
-    y: &mut [i32],
+    y: &mut [T],
     bias: i32,
     mult: &[f32],
     zero_point: i32,
     range: (i32, i32),
 ) {
+    let code = |v: i32, m: f32| {
+        T::of(quantize_one(
+            v.wrapping_add(bias) as f32 * m,
+            1.0,
+            zero_point,
+            range,
+        ))
+    };
     if let [m] = mult {
         for (o, &v) in y.iter_mut().zip(acc) {
-            *o = quantize_one(v.wrapping_add(bias) as f32 * m, 1.0, zero_point, range);
+            *o = code(v, *m);
         }
     } else {
         for ((o, &v), &m) in y.iter_mut().zip(acc).zip(mult) {
-            *o = quantize_one(v.wrapping_add(bias) as f32 * m, 1.0, zero_point, range);
+            *o = code(v, m);
         }
     }
+}
+
+#[inline(always)]
+fn requantize_u8_lanes<const FMA: bool>(
+    acc: &[i32],
+    y: &mut [u8],
+    bias: i32,
+    mult: &[f32],
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    requantize_lanes(acc, y, bias, mult, zero_point, range);
+}
+
+#[inline(always)]
+fn requantize_i8_lanes<const FMA: bool>(
+    acc: &[i32],
+    y: &mut [i8],
+    bias: i32,
+    mult: &[f32],
+    zero_point: i32,
+    range: (i32, i32),
+) {
+    requantize_lanes(acc, y, bias, mult, zero_point, range);
+}
+
+simd::multiversion! {
+    /// [`requantize_lanes`] into UINT8 codes.
+    fn requantize_u8(acc: &[i32], y: &mut [u8], bias: i32, mult: &[f32], zero_point: i32, range: (i32, i32)) = requantize_u8_lanes;
+}
+
+simd::multiversion! {
+    /// [`requantize_lanes`] into INT8 codes.
+    fn requantize_i8(acc: &[i32], y: &mut [i8], bias: i32, mult: &[f32], zero_point: i32, range: (i32, i32)) = requantize_i8_lanes;
 }
 
 /// An 8-bit code type a requantized product writes.
 pub(crate) trait Code: Copy + Default + Send + Sync {
     /// The code of a value already saturated to the type's range.
     fn of(v: i32) -> Self;
+
+    /// [`requantize_lanes`] for this type, compiled for the CPU's vector instructions.
+    #[allow(clippy::too_many_arguments)]
+    fn requantize(
+        isa: simd::Isa,
+        acc: &[i32],
+        y: &mut [Self],
+        bias: i32,
+        mult: &[f32],
+        zero_point: i32,
+        range: (i32, i32),
+    );
 }
 
 impl Code for u8 {
     fn of(v: i32) -> u8 {
         v as u8
     }
+
+    fn requantize(
+        isa: simd::Isa,
+        acc: &[i32],
+        y: &mut [u8],
+        bias: i32,
+        mult: &[f32],
+        zp: i32,
+        range: (i32, i32),
+    ) {
+        requantize_u8(isa, acc, y, bias, mult, zp, range);
+    }
 }
 
 impl Code for i8 {
     fn of(v: i32) -> i8 {
         v as i8
+    }
+
+    fn requantize(
+        isa: simd::Isa,
+        acc: &[i32],
+        y: &mut [i8],
+        bias: i32,
+        mult: &[f32],
+        zp: i32,
+        range: (i32, i32),
+    ) {
+        requantize_i8(isa, acc, y, bias, mult, zp, range);
     }
 }
 
@@ -362,23 +429,18 @@ impl<T: Code> Sink for Requantize<'_, T> {
         let per = |v: &[f32], k: usize| if v.len() == 1 { v[0] } else { v[k] };
         let bias = self.bias.map_or(0, |b| b[i]);
         let row = per(self.row_mult, i);
-        let mut codes = [0i32; 64];
+        let (zp, range) = (self.zero_point, self.range);
+        if self.col_mult.len() == 1 {
+            T::requantize(self.isa, sums, dst, bias, &[row * self.col_mult[0]], zp, range);
+            return;
+        }
+        let mut mults = [0f32; 64];
         for (at, (sums, dst)) in sums.chunks(64).zip(dst.chunks_mut(64)).enumerate() {
-            let (codes, j) = (&mut codes[..sums.len()], j + at * 64);
-            if self.col_mult.len() == 1 {
-                let mult = [row * self.col_mult[0]];
-                requantize_run(self.isa, sums, codes, bias, &mult, self.zero_point, self.range);
-            } else {
-                let mut mults = [0f32; 64];
-                let mults = &mut mults[..sums.len()];
-                for (m, &c) in mults.iter_mut().zip(&self.col_mult[j..]) {
-                    *m = row * c;
-                }
-                requantize_run(self.isa, sums, codes, bias, mults, self.zero_point, self.range);
+            let mults = &mut mults[..sums.len()];
+            for (m, &c) in mults.iter_mut().zip(&self.col_mult[j + at * 64..]) {
+                *m = row * c;
             }
-            for (d, &c) in dst.iter_mut().zip(codes.iter()) {
-                *d = T::of(c);
-            }
+            T::requantize(self.isa, sums, dst, bias, mults, zp, range);
         }
     }
 }

@@ -56,26 +56,24 @@ pub(crate) fn conv_q<S: Sink>(
     g: &ConvGeom,
     sink: &S,
 ) -> Vec<S::Out> {
-    let in_size: usize = g.input.iter().product();
-    let out_size: usize = g.output.iter().product();
-    let k_size: usize = g.kernel.iter().product();
     let (cg, mg) = (g.c / g.group, g.m / g.group);
-    // a 1×1 convolution with unit strides and no padding reads the image as it is
-    let pointwise = k_size == 1 && g.strides.iter().all(|&s| s == 1) && g.pad_begin.iter().all(|&p| p == 0);
     let src = Im2col {
         kernel,
         x,
         x_zp,
-        taps: (!pointwise).then(|| Taps::new(g)),
-        in_size,
-        k_size,
+        reading: Reading::new(x, x_zp, g),
+        in_size: g.input.iter().product(),
+        k_size: g.kernel.iter().product(),
         cg,
         c: g.c,
     };
-    let mut y = vec![S::Out::default(); g.n * g.m * out_size];
-    let image_len = (g.m * out_size).max(1);
+    // the positions each image's products produce: the output's, or the wider rows of a shifted
+    // reading (dropped after)
+    let cols = src.reading.columns(g);
+    let mut y = vec![S::Out::default(); g.n * g.m * cols];
+    let image_len = (g.m * cols).max(1);
     let threads = rayon::current_num_threads();
-    let strips = strip_count(out_size, kernel.nr(), threads);
+    let strips = strip_count(cols, kernel.nr(), threads);
     if g.n >= threads || strips == 1 {
         // whole images, on the pool's threads when there are several (each image's products
         // inside one task), else one image after another with products that may spread
@@ -83,12 +81,12 @@ pub(crate) fn conv_q<S: Sink>(
         let image = |(img, y_img): (usize, &mut [S::Out])| {
             for (grp, filters) in w.groups.iter().enumerate() {
                 let zp = group_zero_points(w_zp, grp, mg);
-                let dst = &mut y_img[grp * mg * out_size..(grp + 1) * mg * out_size];
+                let dst = &mut y_img[grp * mg * cols..(grp + 1) * mg * cols];
                 let sink = RowOffset {
                     inner: sink,
                     rows: grp * mg,
                 };
-                src.product(filters, zp, img, grp, 0..out_size, dst, &sink, !images_parallel);
+                src.product(filters, zp, img, grp, 0..cols, dst, &sink, !images_parallel);
             }
         };
         if images_parallel {
@@ -96,33 +94,33 @@ pub(crate) fn conv_q<S: Sink>(
         } else {
             y.chunks_mut(image_len).enumerate().for_each(image);
         }
-        return y;
+        return src.reading.output(y, g);
     }
     // strips of positions: each task's products into a block of its own, copied into y after
-    let per = out_size.div_ceil(strips).next_multiple_of(kernel.nr());
+    let per = cols.div_ceil(strips).next_multiple_of(kernel.nr());
     let tasks: Vec<(usize, usize, usize)> = (0..g.n)
         .flat_map(|img| (0..w.groups.len()).map(move |grp| (img, grp)))
-        .flat_map(|(img, grp)| (0..out_size.div_ceil(per)).map(move |s| (img, grp, s * per)))
+        .flat_map(|(img, grp)| (0..cols.div_ceil(per)).map(move |s| (img, grp, s * per)))
         .collect();
     let blocks: Vec<Vec<S::Out>> = tasks
         .par_iter()
         .map(|&(img, grp, first)| {
-            let cols = first..(first + per).min(out_size);
-            let mut block = vec![S::Out::default(); mg * cols.len()];
+            let part = first..(first + per).min(cols);
+            let mut block = vec![S::Out::default(); mg * part.len()];
             let zp = group_zero_points(w_zp, grp, mg);
             let sink = RowOffset {
                 inner: sink,
                 rows: grp * mg,
             };
-            src.product(&w.groups[grp], zp, img, grp, cols, &mut block, &sink, false);
+            src.product(&w.groups[grp], zp, img, grp, part, &mut block, &sink, false);
             block
         })
         .collect();
     for (&(img, grp, first), block) in tasks.iter().zip(&blocks) {
-        let group_out = &mut y[img * image_len + grp * mg * out_size..][..mg * out_size];
-        write_columns(group_out, out_size, first, block, mg);
+        let group_out = &mut y[img * image_len + grp * mg * cols..][..mg * cols];
+        write_columns(group_out, cols, first, block, mg);
     }
-    y
+    src.reading.output(y, g)
 }
 
 /// How many strips of positions one image's products split into over `threads` threads: one
@@ -148,8 +146,7 @@ struct Im2col<'a> {
     kernel: QKernel,
     x: Codes<'a>,
     x_zp: i32,
-    /// `None` for a 1×1 convolution that reads the image as it is
-    taps: Option<Taps>,
+    reading: Reading,
     in_size: usize,
     k_size: usize,
     /// input channels per group, and in all
@@ -157,10 +154,117 @@ struct Im2col<'a> {
     c: usize,
 }
 
+/// How the rows of the im2col matrix are read from the input.
+enum Reading {
+    /// a 1×1 convolution with unit strides and no padding reads the image as it is
+    Image,
+    /// A 2-D convolution with unit strides reads each kernel position's row as one run of the
+    /// image padded with the zero point's code (`planes`, each `height × width`): its products
+    /// produce output rows `width` positions apart, whose columns past the output's are dropped
+    /// after. No copy per output row, where the taps copy pieces a row long.
+    Shifted {
+        planes: Vec<u8>,
+        width: usize,
+        height: usize,
+        /// each kernel position's offset into a padded plane
+        offsets: Vec<usize>,
+    },
+    /// other windows: each output row's piece through the taps
+    Taps(Taps),
+}
+
+impl Reading {
+    fn new(x: Codes<'_>, x_zp: i32, g: &ConvGeom) -> Reading {
+        let unit_strides = g.strides.iter().all(|&s| s == 1);
+        if unit_strides && g.kernel.iter().all(|&k| k == 1) && g.pad_begin.iter().all(|&p| p == 0) {
+            return Reading::Image;
+        }
+        if unit_strides && g.input.len() == 2 {
+            let ([kh, kw], [dh, dw]) = ([g.kernel[0], g.kernel[1]], [g.dilations[0], g.dilations[1]]);
+            let (oh, ow) = (g.output[0], g.output[1]);
+            let (height, width) = (oh + (kh - 1) * dh, ow + (kw - 1) * dw);
+            let wide = ((oh.max(1) - 1) * width + ow).div_ceil(NR_ANY);
+            // the wider rows cost tiles: worth it while they add at most a quarter
+            if oh > 0 && ow > 0 && 4 * wide <= 5 * (oh * ow).div_ceil(NR_ANY) {
+                let planes = padded_planes(x.bits(), g, (height, width), x_zp as u8);
+                let offsets = (0..kh * kw)
+                    .map(|kp| (kp / kw) * dh * width + (kp % kw) * dw)
+                    .collect();
+                return Reading::Shifted {
+                    planes,
+                    width,
+                    height,
+                    offsets,
+                };
+            }
+        }
+        Reading::Taps(Taps::new(g))
+    }
+
+    /// The positions each image's products produce.
+    fn columns(&self, g: &ConvGeom) -> usize {
+        match self {
+            Reading::Shifted { width, .. } => (g.output[0] - 1) * width + g.output[1],
+            _ => g.output.iter().product(),
+        }
+    }
+
+    /// The output `y [n, m, out…]` of the products' values `wide` ([`Reading::columns`] per
+    /// channel): the columns of a shifted reading past each output row dropped.
+    fn output<T: Copy + Default>(&self, wide: Vec<T>, g: &ConvGeom) -> Vec<T> {
+        let Reading::Shifted { width, .. } = self else {
+            return wide;
+        };
+        let (oh, ow) = (g.output[0], g.output[1]);
+        let cols = self.columns(g);
+        let mut y = vec![T::default(); g.n * g.m * oh * ow];
+        for (dst, src) in y.chunks_exact_mut(oh * ow).zip(wide.chunks_exact(cols)) {
+            for (row, from) in dst.chunks_exact_mut(ow).zip(src.chunks(*width)) {
+                row.copy_from_slice(&from[..ow]);
+            }
+        }
+        y
+    }
+}
+
+/// The columns of the narrowest panel of any kernel, to compare panel counts with.
+const NR_ANY: usize = 8;
+
+/// Every image's channels padded with `pad` to `height × width` planes, the input at the window's
+/// padding before (rows and columns past the input hold `pad`).
+fn padded_planes(bits: &[u8], g: &ConvGeom, (height, width): (usize, usize), pad: u8) -> Vec<u8> {
+    let (ih, iw) = (g.input[0], g.input[1]);
+    let (top, left) = (g.pad_begin[0], g.pad_begin[1]);
+    let plane = height * width;
+    let mut planes = vec![pad; g.n * g.c * plane];
+    // the input columns that land inside a padded row
+    let copied = iw.min(width.saturating_sub(left));
+    let fill = |(src, dst): (&[u8], &mut [u8])| {
+        for (iy, row) in src
+            .chunks_exact(iw.max(1))
+            .enumerate()
+            .take(height.saturating_sub(top))
+        {
+            dst[(top + iy) * width + left..][..copied].copy_from_slice(&row[..copied]);
+        }
+    };
+    let inputs = bits[..g.n * g.c * ih * iw].chunks_exact((ih * iw).max(1));
+    if planes.len() >= 1 << 16 {
+        let inputs: Vec<&[u8]> = inputs.collect();
+        inputs
+            .into_par_iter()
+            .zip(planes.par_chunks_mut(plane.max(1)))
+            .for_each(fill);
+    } else {
+        inputs.zip(planes.chunks_mut(plane.max(1))).for_each(fill);
+    }
+    planes
+}
+
 impl Im2col<'_> {
-    /// The product of group `grp`'s `filters` with image `img`'s im2col columns `cols` (output
-    /// positions) through `sink` into `dst` (`mg × cols.len()`), on the pool's threads when
-    /// `parallel`.
+    /// The product of group `grp`'s `filters` with image `img`'s im2col columns `cols` (positions
+    /// of [`Reading::columns`]) through `sink` into `dst` (`mg × cols.len()`), on the pool's
+    /// threads when `parallel`.
     #[allow(clippy::too_many_arguments)]
     fn product<S: Sink>(
         &self,
@@ -175,7 +279,7 @@ impl Im2col<'_> {
     ) {
         let (in_size, k_size) = (self.in_size, self.k_size);
         let rows = self.cg * k_size;
-        let x0 = (img * self.c + grp * self.cg) * in_size;
+        let channel0 = img * self.c + grp * self.cg;
         // padding holds the zero point's code, so that it adds nothing once centred
         let pad = self.x_zp as u8;
         let bits = self.x.bits();
@@ -183,14 +287,27 @@ impl Im2col<'_> {
             self.kernel,
             rows,
             cols.len(),
-            self.x.signed(),
-            filters.signed(),
-            |p, row| {
+            (self.x.signed(), filters.signed()),
+            parallel,
+            |p, part, row| {
                 let (ci, kp) = (p / k_size, p % k_size);
-                let xc = &bits[x0 + ci * in_size..x0 + (ci + 1) * in_size];
-                match &self.taps {
-                    None => row.copy_from_slice(&xc[cols.clone()]),
-                    Some(taps) => taps.fill(kp, xc, pad, cols.start, row),
+                let first = cols.start + part.start;
+                let channel = channel0 + ci;
+                match &self.reading {
+                    Reading::Image => row.copy_from_slice(&bits[channel * in_size + first..][..part.len()]),
+                    Reading::Shifted {
+                        planes,
+                        width,
+                        height,
+                        offsets,
+                    } => {
+                        let at = channel * width * height + offsets[kp] + first;
+                        row.copy_from_slice(&planes[at..][..part.len()]);
+                    }
+                    Reading::Taps(taps) => {
+                        let xc = &bits[channel * in_size..(channel + 1) * in_size];
+                        taps.fill(kp, xc, pad, first, row);
+                    }
                 }
             },
         );

@@ -29,6 +29,9 @@ use crate::cpu::simd::{Isa, multiversion};
 /// Work (multiply-adds) below which a product runs on one thread.
 const PARALLEL_FROM: usize = 1 << 16;
 
+/// Codes of a right operand below which it is packed on one thread.
+const PARALLEL_PACK_FROM: usize = 1 << 15;
+
 /// Column panels per task when the work is split by columns.
 const PANELS_PER_TASK: usize = 4;
 
@@ -230,17 +233,19 @@ pub(crate) struct PackedRight {
 
 impl PackedRight {
     /// Packs a `[k × n]` matrix of codes of type `signed`, for a left operand of type
-    /// `left_signed`: `row(p, dst)` writes row `p`'s `n` codes (their bytes) into `dst`.
+    /// `left_signed`: `row(p, cols, dst)` writes row `p`'s codes of columns `cols` (their bytes)
+    /// into `dst`. Large operands are packed on the pool's threads when `parallel`, each task
+    /// whole column panels.
     pub(crate) fn pack_rows(
         kernel: QKernel,
         k: usize,
         n: usize,
-        signed: bool,
-        left_signed: bool,
-        mut row: impl FnMut(usize, &mut [u8]),
+        (signed, left_signed): (bool, bool),
+        parallel: bool,
+        row: impl Fn(usize, std::ops::Range<usize>, &mut [u8]) + Sync,
     ) -> PackedRight {
-        let (nr, groups) = (kernel.nr(), k.div_ceil(4));
-        let panel = groups * nr * 4;
+        let nr = kernel.nr();
+        let panel_lanes = k.div_ceil(4) * nr;
         let flip = signed == left_signed;
         let (mask, shift) = match (flip, signed) {
             (false, _) => (0u8, 0),
@@ -248,37 +253,25 @@ impl PackedRight {
             (true, false) => (0x80, -128),
         };
         let read_signed = !left_signed;
-        let mut data = vec![0u32; n.div_ceil(nr) * panel / 4];
+        let col_panels = n.div_ceil(nr);
+        let mut data = vec![0u32; col_panels * panel_lanes];
         let mut sums = vec![0i32; n];
-        // one k group's rows at a time (rows past k stay zero, unflipped), interleaved into 4-byte
-        // lanes, then copied panel by panel
-        let mut rows = vec![0u8; 4 * n];
-        let mut lanes = vec![0u32; n];
-        let isa = crate::cpu::simd::isa();
-        for g in 0..groups {
-            let mut masks = [0u8; 4];
-            for (t, r) in rows.chunks_exact_mut(n.max(1)).enumerate() {
-                let p = 4 * g + t;
-                if p >= k {
-                    r.fill(0);
-                } else {
-                    row(p, r);
-                    masks[t] = mask;
-                }
-            }
-            let (r0, rest) = rows.split_at(n);
-            let (r1, rest) = rest.split_at(n);
-            let (r2, r3) = rest.split_at(n);
-            let quad = Quad {
-                rows: [r0, r1, r2, r3],
-                masks,
-                read_signed,
-            };
-            group_lanes(isa, &quad, &mut sums, &mut lanes);
-            for (q, panel_data) in data.chunks_exact_mut(panel / 4).enumerate() {
-                let j = q * nr..(q * nr + nr).min(n);
-                panel_data[g * nr..][..j.len()].copy_from_slice(&lanes[j]);
-            }
+        let columns = Columns {
+            nr,
+            k,
+            mask,
+            read_signed,
+            row: &row,
+        };
+        let threads = if parallel { rayon::current_num_threads() } else { 1 };
+        if threads > 1 && k * n >= PARALLEL_PACK_FROM && col_panels > 1 && panel_lanes > 0 {
+            let per = col_panels.div_ceil(2 * threads);
+            data.par_chunks_mut(per * panel_lanes)
+                .zip(sums.par_chunks_mut(per * nr))
+                .enumerate()
+                .for_each(|(t, (data, sums))| columns.pack(t * per * nr, data, sums));
+        } else {
+            columns.pack(0, &mut data, &mut sums);
         }
         PackedRight {
             kernel,
@@ -299,9 +292,57 @@ impl PackedRight {
 
     /// Packs the row-major `[k × n]` matrix `b` for a left operand of type `left_signed`.
     pub(crate) fn pack(kernel: QKernel, b: Codes<'_>, k: usize, n: usize, left_signed: bool) -> PackedRight {
-        PackedRight::pack_rows(kernel, k, n, b.signed, left_signed, |p, dst| {
-            dst.copy_from_slice(&b.bits[p * n..(p + 1) * n]);
+        PackedRight::pack_rows(kernel, k, n, (b.signed, left_signed), true, |p, cols, dst| {
+            dst.copy_from_slice(&b.bits[p * n..][cols]);
         })
+    }
+}
+
+/// How [`PackedRight::pack_rows`] packs a range of whole column panels.
+struct Columns<'a, F> {
+    nr: usize,
+    k: usize,
+    /// what a code's byte is XORed with (0x80 flips its type)
+    mask: u8,
+    read_signed: bool,
+    row: &'a F,
+}
+
+impl<F: Fn(usize, std::ops::Range<usize>, &mut [u8]) + Sync> Columns<'_, F> {
+    /// Columns `first…` (`sums.len()` of them, from the start of a panel) into their panels'
+    /// `data` and column `sums`: one k group's rows at a time (rows past k stay zero, unflipped),
+    /// interleaved into 4-byte lanes, then copied panel by panel.
+    fn pack(&self, first: usize, data: &mut [u32], sums: &mut [i32]) {
+        let (nr, k, w) = (self.nr, self.k, sums.len());
+        let panel_lanes = k.div_ceil(4) * nr;
+        let mut rows = vec![0u8; 4 * w];
+        let mut lanes = vec![0u32; w];
+        let isa = crate::cpu::simd::isa();
+        for g in 0..k.div_ceil(4) {
+            let mut masks = [0u8; 4];
+            for (t, r) in rows.chunks_exact_mut(w.max(1)).enumerate() {
+                let p = 4 * g + t;
+                if p >= k {
+                    r.fill(0);
+                } else {
+                    (self.row)(p, first..first + w, r);
+                    masks[t] = self.mask;
+                }
+            }
+            let (r0, rest) = rows.split_at(w);
+            let (r1, rest) = rest.split_at(w);
+            let (r2, r3) = rest.split_at(w);
+            let quad = Quad {
+                rows: [r0, r1, r2, r3],
+                masks,
+                read_signed: self.read_signed,
+            };
+            group_lanes(isa, &quad, sums, &mut lanes);
+            for (q, panel_data) in data.chunks_exact_mut(panel_lanes).enumerate() {
+                let j = q * nr..(q * nr + nr).min(w);
+                panel_data[g * nr..][..j.len()].copy_from_slice(&lanes[j]);
+            }
+        }
     }
 }
 
@@ -464,13 +505,17 @@ fn product<S: Sink>(
     let zr: Vec<i32> = (0..n)
         .map(|j| zr[if zr.len() == 1 { 0 } else { j }].wrapping_add(r.shift))
         .collect();
-    let kz: Vec<i32> = zr.iter().map(|&z| (k as i32).wrapping_mul(z)).collect();
+    let u: Vec<i32> = zr
+        .iter()
+        .zip(&r.sums)
+        .map(|(&z, &s)| (k as i32).wrapping_mul(z).wrapping_sub(s))
+        .collect();
     let fix = Correction {
         zl: &zl,
-        zr: &zr,
-        kz: &kz,
         sl: &l.sums,
-        sr: &r.sums,
+        zr: &zr,
+        uniform_zr: zr.iter().all(|&z| z == zr[0]).then_some(zr[0]),
+        u: &u,
     };
     let (mr, nr) = (l.kernel.mr(), l.kernel.nr());
     let (row_panels, col_panels) = (m.div_ceil(mr), n.div_ceil(nr));
@@ -512,13 +557,15 @@ pub(super) fn write_columns<T: Copy>(c: &mut [T], ld: usize, j0: usize, block: &
     }
 }
 
-/// The zero-point terms: per row `zl` and `ΣL`, per column `zr` (shifted), `k·zr` and `ΣR`.
+/// The zero-point terms, `Σ (l − zl)(r − zr) = Σ l·r − zr·ΣL + zl·(k·zr − ΣR)`: per row `zl` and
+/// `ΣL`, per column `zr` (shifted) and `u = k·zr − ΣR`.
 struct Correction<'a> {
     zl: &'a [i32],
-    zr: &'a [i32],
-    kz: &'a [i32],
     sl: &'a [i32],
-    sr: &'a [i32],
+    zr: &'a [i32],
+    /// the one `zr` of every column, when they are all the same (then `zr·ΣL` is the row's constant)
+    uniform_zr: Option<i32>,
+    u: &'a [i32],
 }
 
 /// The tiles of row panel `p` and column panels `qs`, through `sink` into `rows` (the panel's rows
@@ -601,7 +648,9 @@ fn panel_tiles(
     }
 }
 
-/// Row `i`'s dot products `dots` for columns `jq…` with the zero-point terms applied, into `dst`.
+/// Row `i`'s dot products `dots` for columns `jq…` with the zero-point terms applied, into `dst`:
+/// one addition per value where the right operand has one zero point and the row's is 0 (a
+/// symmetric weight's, the common case).
 #[inline(always)]
 fn correct_row_body<const FMA: bool>(
     fix: &Correction<'_>,
@@ -612,13 +661,28 @@ fn correct_row_body<const FMA: bool>(
 ) {
     let n = dst.len();
     let (zl, sl) = (fix.zl[i], fix.sl[i]);
-    let (zr, sr, kz) = (&fix.zr[jq..jq + n], &fix.sr[jq..jq + n], &fix.kz[jq..jq + n]);
-    let dots = &dots[..n];
-    for j in 0..n {
-        dst[j] = dots[j]
-            .wrapping_sub(zr[j].wrapping_mul(sl))
-            .wrapping_sub(zl.wrapping_mul(sr[j]))
-            .wrapping_add(zl.wrapping_mul(kz[j]));
+    let (u, dots) = (&fix.u[jq..jq + n], &dots[..n]);
+    match fix.uniform_zr {
+        Some(zr) => {
+            let row = zr.wrapping_mul(sl).wrapping_neg();
+            if zl == 0 {
+                for j in 0..n {
+                    dst[j] = dots[j].wrapping_add(row);
+                }
+            } else {
+                for j in 0..n {
+                    dst[j] = dots[j].wrapping_add(row).wrapping_add(zl.wrapping_mul(u[j]));
+                }
+            }
+        }
+        None => {
+            let zr = &fix.zr[jq..jq + n];
+            for j in 0..n {
+                dst[j] = dots[j]
+                    .wrapping_sub(zr[j].wrapping_mul(sl))
+                    .wrapping_add(zl.wrapping_mul(u[j]));
+            }
+        }
     }
 }
 

@@ -61,10 +61,16 @@ fn reference(a: (&[u8], bool, &[i32]), b: (&[u8], bool, &[i32]), m: usize, k: us
     c
 }
 
+/// Checks a product for every type pair, with zero points per row and column, and as a symmetric
+/// weight times an activation has them (every row's 0, one for all columns).
 fn check_product(kernel: QKernel, rng: &mut Rng, (m, k, n): (usize, usize, usize)) {
-    for (sa, sb) in SIGNS {
+    for ((sa, sb), symmetric) in SIGNS.into_iter().flat_map(|s| [(s, false), (s, true)]) {
         let (a, b) = (rng.bytes(m * k), rng.bytes(k * n));
-        let (za, zb) = (rng.zero_points(sa, m), rng.zero_points(sb, n));
+        let (za, zb) = if symmetric {
+            (vec![0; m], rng.zero_points(sb, 1))
+        } else {
+            (rng.zero_points(sa, m), rng.zero_points(sb, n))
+        };
         let l = PackedLeft::pack(kernel, codes(&a, sa), m, k);
         let r = PackedRight::pack(kernel, codes(&b, sb), k, n, sa);
         let mut c = vec![i32::MIN; m * n];
@@ -149,6 +155,11 @@ fn conv_q_matches_the_reference_convolution() {
         (2, 4, 6, 2, [6, 5], [2, 2], [2, 1], [1, 0], [2, 2]),
         // 1×1 with more channels than a k group
         (1, 10, 5, 1, [3, 4], [1, 1], [1, 1], [0, 0], [1, 1]),
+        // unit strides, dilated, padded on one axis, two images: each kernel position's row one
+        // run of the padded planes
+        (2, 5, 9, 1, [11, 30], [3, 2], [1, 1], [2, 0], [2, 3]),
+        // a 1×1 with padding reads padded planes too
+        (1, 3, 4, 1, [5, 6], [1, 1], [1, 1], [1, 2], [1, 1]),
     ]);
 }
 
@@ -164,6 +175,8 @@ fn conv_q_split_into_strips_of_positions_matches_the_reference() {
             // two images of two groups, and a 1×1 that reads the image as it is
             (2, 4, 6, 2, [50, 70], [3, 3], [2, 2], [1, 1], [1, 1]),
             (1, 5, 7, 1, [25, 35], [1, 1], [1, 1], [0, 0], [1, 1]),
+            // unit strides: strips of the padded planes' wider rows
+            (1, 6, 10, 2, [27, 33], [3, 3], [1, 1], [1, 1], [1, 1]),
         ]);
     });
 }
@@ -192,7 +205,8 @@ fn conv_q_matches(geoms: &[Geom]) {
                 let x = rng.bytes(n * c * input.iter().product::<usize>());
                 let w = rng.bytes(m * per_filter);
                 let x_zp = rng.zero_points(sx, 1)[0];
-                let w_zp = rng.zero_points(sw, m);
+                // symmetric filters (every zero point 0) for the unsigned input, else one per filter
+                let w_zp = if sx { rng.zero_points(sw, m) } else { vec![0; m] };
                 let filters = PackedFilters::pack(kernel, codes(&w, sw), m, group);
                 let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g, &Sums);
                 let xv: Vec<i32> = x.iter().map(|&v| code(v, sx)).collect();
