@@ -426,8 +426,20 @@ impl<T: Code> Sink for Requantize<'_, T> {
     type Out = T;
 
     fn put(&self, i: usize, j: usize, sums: &[i32], dst: &mut [T]) {
+        self.codes(i, j, sums, 0, dst);
+    }
+
+    /// The shift joins the bias: the values are read, not changed.
+    fn put_shifted(&self, i: usize, j: usize, values: &mut [i32], shift: i32, dst: &mut [T]) {
+        self.codes(i, j, values, shift, dst);
+    }
+}
+
+impl<T: Code> Requantize<'_, T> {
+    /// Row `i`'s codes for columns `j…` of `sums` that each fall `shift` short (wrapping).
+    fn codes(&self, i: usize, j: usize, sums: &[i32], shift: i32, dst: &mut [T]) {
         let per = |v: &[f32], k: usize| if v.len() == 1 { v[0] } else { v[k] };
-        let bias = self.bias.map_or(0, |b| b[i]);
+        let bias = self.bias.map_or(0, |b| b[i]).wrapping_add(shift);
         let row = per(self.row_mult, i);
         let (zp, range) = (self.zero_point, self.range);
         if self.col_mult.len() == 1 {

@@ -8,6 +8,7 @@ use super::igemm::{ConvGeom, Taps};
 use super::qgemm::{
     Codes, PackedLeft, PackedRight, QKernel, RowOffset, Sink, qgemm, qgemm_one_thread, write_columns,
 };
+use crate::cpu::padded::strided_copy;
 
 /// The filters of a convolution packed per group, as the left operands of its products.
 #[derive(Debug, Clone)]
@@ -124,12 +125,14 @@ pub(crate) fn conv_q<S: Sink>(
 }
 
 /// How many strips of positions one image's products split into over `threads` threads: one
-/// (no split) below two strips of [`STRIP_MIN`] positions, else up to two per thread.
+/// (no split) below two strips of [`STRIP_MIN`] positions, else one or two per thread (a count
+/// the threads share evenly).
 fn strip_count(out_size: usize, nr: usize, threads: usize) -> usize {
-    if threads < 2 {
+    let strips = out_size / STRIP_MIN.next_multiple_of(nr);
+    if threads < 2 || strips < 2 {
         return 1;
     }
-    (out_size / STRIP_MIN.next_multiple_of(nr)).clamp(1, 2 * threads)
+    (strips / threads * threads).clamp(threads, 2 * threads)
 }
 
 /// The filters' zero points of group `grp` (`mg` filters): the one of them all, or the group's.
@@ -158,19 +161,33 @@ struct Im2col<'a> {
 enum Reading {
     /// a 1×1 convolution with unit strides and no padding reads the image as it is
     Image,
-    /// A 2-D convolution with unit strides reads each kernel position's row as one run of the
-    /// image padded with the zero point's code (`planes`, each `height × width`): its products
-    /// produce output rows `width` positions apart, whose columns past the output's are dropped
-    /// after. No copy per output row, where the taps copy pieces a row long.
-    Shifted {
-        planes: Vec<u8>,
-        width: usize,
-        height: usize,
-        /// each kernel position's offset into a padded plane
-        offsets: Vec<usize>,
-    },
+    /// A 2-D convolution reads each kernel position's row as one run of a plane of the image
+    /// padded with the zero point's code: the padded image itself for unit strides, else one of
+    /// its phases (every stride-th row and column from an offset), so that a strided window is a
+    /// shifted one there. Its products produce output rows `width` positions apart, whose
+    /// columns past the output's are dropped after. No copy per output row, where the taps copy
+    /// pieces a row long.
+    Shifted(PhasePlanes),
     /// other windows: each output row's piece through the taps
     Taps(Taps),
+}
+
+/// Where a convolution's kernel positions read: the phases they need, each `height × width`,
+/// and each position's phase and shift there.
+struct PhaseLayout {
+    phases: Vec<Phase>,
+    height: usize,
+    width: usize,
+    /// each kernel position's offset into its channel's phases (one after another)
+    offsets: Vec<usize>,
+}
+
+/// The phases of every channel of every image, laid out as [`PhaseLayout`] says.
+struct PhasePlanes {
+    layout: PhaseLayout,
+    codes: Vec<u8>,
+    /// a channel's phases, one after another
+    channel_len: usize,
 }
 
 impl Reading {
@@ -179,23 +196,13 @@ impl Reading {
         if unit_strides && g.kernel.iter().all(|&k| k == 1) && g.pad_begin.iter().all(|&p| p == 0) {
             return Reading::Image;
         }
-        if unit_strides && g.input.len() == 2 {
-            let ([kh, kw], [dh, dw]) = ([g.kernel[0], g.kernel[1]], [g.dilations[0], g.dilations[1]]);
+        if g.input.len() == 2 && g.output.iter().all(|&o| o > 0) {
+            let layout = PhaseLayout::new(g);
             let (oh, ow) = (g.output[0], g.output[1]);
-            let (height, width) = (oh + (kh - 1) * dh, ow + (kw - 1) * dw);
-            let wide = ((oh.max(1) - 1) * width + ow).div_ceil(NR_ANY);
+            let wide = ((oh - 1) * layout.width + ow).div_ceil(NR_ANY);
             // the wider rows cost tiles: worth it while they add at most a quarter
-            if oh > 0 && ow > 0 && 4 * wide <= 5 * (oh * ow).div_ceil(NR_ANY) {
-                let planes = padded_planes(x.bits(), g, (height, width), x_zp as u8);
-                let offsets = (0..kh * kw)
-                    .map(|kp| (kp / kw) * dh * width + (kp % kw) * dw)
-                    .collect();
-                return Reading::Shifted {
-                    planes,
-                    width,
-                    height,
-                    offsets,
-                };
+            if 4 * wide <= 5 * (oh * ow).div_ceil(NR_ANY) {
+                return Reading::Shifted(PhasePlanes::new(layout, x.bits(), g, x_zp as u8));
             }
         }
         Reading::Taps(Taps::new(g))
@@ -204,7 +211,7 @@ impl Reading {
     /// The positions each image's products produce.
     fn columns(&self, g: &ConvGeom) -> usize {
         match self {
-            Reading::Shifted { width, .. } => (g.output[0] - 1) * width + g.output[1],
+            Reading::Shifted(planes) => (g.output[0] - 1) * planes.layout.width + g.output[1],
             _ => g.output.iter().product(),
         }
     }
@@ -212,14 +219,14 @@ impl Reading {
     /// The output `y [n, m, out…]` of the products' values `wide` ([`Reading::columns`] per
     /// channel): the columns of a shifted reading past each output row dropped.
     fn output<T: Copy + Default>(&self, wide: Vec<T>, g: &ConvGeom) -> Vec<T> {
-        let Reading::Shifted { width, .. } = self else {
+        let Reading::Shifted(planes) = self else {
             return wide;
         };
         let (oh, ow) = (g.output[0], g.output[1]);
         let cols = self.columns(g);
         let mut y = vec![T::default(); g.n * g.m * oh * ow];
         for (dst, src) in y.chunks_exact_mut(oh * ow).zip(wide.chunks_exact(cols)) {
-            for (row, from) in dst.chunks_exact_mut(ow).zip(src.chunks(*width)) {
+            for (row, from) in dst.chunks_exact_mut(ow).zip(src.chunks(planes.layout.width)) {
                 row.copy_from_slice(&from[..ow]);
             }
         }
@@ -230,35 +237,100 @@ impl Reading {
 /// The columns of the narrowest panel of any kernel, to compare panel counts with.
 const NR_ANY: usize = 8;
 
-/// Every image's channels padded with `pad` to `height × width` planes, the input at the window's
-/// padding before (rows and columns past the input hold `pad`).
-fn padded_planes(bits: &[u8], g: &ConvGeom, (height, width): (usize, usize), pad: u8) -> Vec<u8> {
-    let (ih, iw) = (g.input[0], g.input[1]);
-    let (top, left) = (g.pad_begin[0], g.pad_begin[1]);
-    let plane = height * width;
-    let mut planes = vec![pad; g.n * g.c * plane];
-    // the input columns that land inside a padded row
-    let copied = iw.min(width.saturating_sub(left));
-    let fill = |(src, dst): (&[u8], &mut [u8])| {
-        for (iy, row) in src
-            .chunks_exact(iw.max(1))
-            .enumerate()
-            .take(height.saturating_sub(top))
-        {
-            dst[(top + iy) * width + left..][..copied].copy_from_slice(&row[..copied]);
+/// A phase: the padded image's rows `r·stride + row` and columns `c·stride + column`.
+#[derive(Clone, Copy, PartialEq)]
+struct Phase {
+    row: usize,
+    column: usize,
+}
+
+impl PhaseLayout {
+    fn new(g: &ConvGeom) -> PhaseLayout {
+        let (kh, kw) = (g.kernel[0], g.kernel[1]);
+        let ([sh, sw], [dh, dw]) = ([g.strides[0], g.strides[1]], [g.dilations[0], g.dilations[1]]);
+        // kernel position (ky, kx) reads phase (ky·dh mod sh, kx·dw mod sw) shifted by the quotients
+        let taps: Vec<(Phase, usize, usize)> = (0..kh * kw)
+            .map(|kp| {
+                let (y, x) = ((kp / kw) * dh, (kp % kw) * dw);
+                (
+                    Phase {
+                        row: y % sh,
+                        column: x % sw,
+                    },
+                    y / sh,
+                    x / sw,
+                )
+            })
+            .collect();
+        let height = g.output[0] + taps.iter().map(|t| t.1).max().unwrap_or(0);
+        let width = g.output[1] + taps.iter().map(|t| t.2).max().unwrap_or(0);
+        let mut phases: Vec<Phase> = Vec::new();
+        for t in &taps {
+            if !phases.contains(&t.0) {
+                phases.push(t.0);
+            }
         }
-    };
-    let inputs = bits[..g.n * g.c * ih * iw].chunks_exact((ih * iw).max(1));
-    if planes.len() >= 1 << 16 {
-        let inputs: Vec<&[u8]> = inputs.collect();
-        inputs
-            .into_par_iter()
-            .zip(planes.par_chunks_mut(plane.max(1)))
-            .for_each(fill);
-    } else {
-        inputs.zip(planes.chunks_mut(plane.max(1))).for_each(fill);
+        let offsets = taps
+            .iter()
+            .map(|(phase, dy, dx)| {
+                let index = phases.iter().position(|p| p == phase).unwrap_or(0);
+                index * height * width + dy * width + dx
+            })
+            .collect();
+        PhaseLayout {
+            phases,
+            height,
+            width,
+            offsets,
+        }
     }
-    planes
+}
+
+impl PhasePlanes {
+    /// Every image's channels' phases of the codes `bits`, `pad` where a phase reads the padding.
+    fn new(layout: PhaseLayout, bits: &[u8], g: &ConvGeom, pad: u8) -> PhasePlanes {
+        let (ih, iw) = (g.input[0], g.input[1]);
+        let ([sh, sw], [top, left]) = ([g.strides[0], g.strides[1]], [g.pad_begin[0], g.pad_begin[1]]);
+        let (height, width) = (layout.height, layout.width);
+        let channel_len = layout.phases.len() * height * width;
+        let mut codes = vec![pad; g.n * g.c * channel_len];
+        let fill = |(src, dst): (&[u8], &mut [u8])| {
+            for (phase, plane) in layout
+                .phases
+                .iter()
+                .zip(dst.chunks_exact_mut((height * width).max(1)))
+            {
+                // plane row r, column c reads the input at (r·sh + row − top, c·sw + column − left)
+                let x0 = phase.column as isize - left as isize;
+                let cols = super::igemm::valid_columns(width, sw, x0, iw);
+                if cols.is_empty() {
+                    continue;
+                }
+                let from = ((cols.start * sw) as isize + x0) as usize;
+                for (r, row) in plane.chunks_exact_mut(width.max(1)).enumerate() {
+                    let iy = (r * sh + phase.row) as isize - top as isize;
+                    if (0..ih as isize).contains(&iy) {
+                        strided_copy(&mut row[cols.clone()], &src[iy as usize * iw..][..iw], sw, from);
+                    }
+                }
+            }
+        };
+        let inputs = bits[..g.n * g.c * ih * iw].chunks_exact((ih * iw).max(1));
+        if codes.len() >= 1 << 16 {
+            let inputs: Vec<&[u8]> = inputs.collect();
+            inputs
+                .into_par_iter()
+                .zip(codes.par_chunks_mut(channel_len.max(1)))
+                .for_each(fill);
+        } else {
+            inputs.zip(codes.chunks_mut(channel_len.max(1))).for_each(fill);
+        }
+        PhasePlanes {
+            layout,
+            codes,
+            channel_len,
+        }
+    }
 }
 
 impl Im2col<'_> {
@@ -295,14 +367,9 @@ impl Im2col<'_> {
                 let channel = channel0 + ci;
                 match &self.reading {
                     Reading::Image => row.copy_from_slice(&bits[channel * in_size + first..][..part.len()]),
-                    Reading::Shifted {
-                        planes,
-                        width,
-                        height,
-                        offsets,
-                    } => {
-                        let at = channel * width * height + offsets[kp] + first;
-                        row.copy_from_slice(&planes[at..][..part.len()]);
+                    Reading::Shifted(planes) => {
+                        let at = channel * planes.channel_len + planes.layout.offsets[kp] + first;
+                        row.copy_from_slice(&planes.codes[at..][..part.len()]);
                     }
                     Reading::Taps(taps) => {
                         let xc = &bits[channel * in_size..(channel + 1) * in_size];

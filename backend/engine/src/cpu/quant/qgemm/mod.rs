@@ -399,6 +399,15 @@ pub(crate) trait Sink: Sync {
     /// Row `i`'s sums for columns `j…` (zero points applied) into `dst`.
     fn put(&self, i: usize, j: usize, sums: &[i32], dst: &mut [Self::Out]);
 
+    /// Row `i`'s sums for columns `j…` into `dst`, given as `values` that each fall `shift` short
+    /// of their sum (wrapping): they may be changed.
+    fn put_shifted(&self, i: usize, j: usize, values: &mut [i32], shift: i32, dst: &mut [Self::Out]) {
+        for v in values.iter_mut() {
+            *v = v.wrapping_add(shift);
+        }
+        self.put(i, j, values, dst);
+    }
+
     /// `out` as the sums' own storage, when the sink keeps them as they are (then the product
     /// writes them there and [`Sink::put`] is not called).
     fn in_place(_out: &mut [Self::Out]) -> Option<&mut [i32]> {
@@ -447,6 +456,10 @@ impl<S: Sink> Sink for RowOffset<'_, S> {
 
     fn put(&self, i: usize, j: usize, sums: &[i32], dst: &mut [S::Out]) {
         self.inner.put(self.rows + i, j, sums, dst);
+    }
+
+    fn put_shifted(&self, i: usize, j: usize, values: &mut [i32], shift: i32, dst: &mut [S::Out]) {
+        self.inner.put_shifted(self.rows + i, j, values, shift, dst);
     }
 
     fn in_place(out: &mut [S::Out]) -> Option<&mut [i32]> {
@@ -597,25 +610,28 @@ fn block<S: Sink>(
         });
         return;
     }
-    // the panel's sums of these columns first, then each whole row through the sink: its work per
-    // call (the requantization's) pays off over a row, not over a tile's 32 columns
+    // the panel's dot products of these columns first, stored by the tiles themselves, then each
+    // whole row through the sink: its work per call (the requantization's) pays off over a row,
+    // not over a tile's 32 columns
     let first = qs.start * nr;
     let width = (qs.end * nr).min(r.n).saturating_sub(first);
     let panel_rows = rows.len() / ld.max(1);
+    let stride = (qs.len() * nr).max(nr);
     PANEL_SUMS.with_borrow_mut(|sums| {
-        sums.clear();
-        sums.resize(panel_rows * width, 0);
-        panel_tiles(l, r, p, qs, |ii, jq, dots| {
-            let at = ii * width + jq - first;
-            correct_row(isa, fix, p * mr + ii, jq, dots, &mut sums[at..at + dots.len()]);
-        });
-        for (ii, row_sums) in sums.chunks_exact(width.max(1)).enumerate() {
-            sink.put(
-                p * mr + ii,
-                first,
-                row_sums,
-                &mut rows[ii * ld + first - j0..][..width],
-            );
+        sums.resize(mr * stride, 0);
+        panel_dots(l, r, p, qs, sums, stride);
+        for ii in 0..panel_rows {
+            let i = p * mr + ii;
+            let dots = &mut sums[ii * stride..][..width];
+            let dst = &mut rows[ii * ld + first - j0..][..width];
+            match fix.row_shift(i) {
+                // a symmetric row and one right zero point: a constant per row, which the sink adds
+                Some(shift) => sink.put_shifted(i, first, dots, shift, dst),
+                None => {
+                    correct_row_in_place(isa, fix, i, first, dots);
+                    sink.put(i, first, dots, dst);
+                }
+            }
         }
     });
 }
@@ -640,11 +656,47 @@ fn panel_tiles(
     let mut tile = [0i32; TILE];
     for q in qs {
         let rp: &[u8] = bytemuck::cast_slice(&r.data[q * groups * nr..(q + 1) * groups * nr]);
-        run_tile(l.kernel, !l.signed, groups, lp, rp, &mut tile);
+        run_tile(l.kernel, !l.signed, groups, lp, rp, &mut tile, nr);
         let (jq, cols) = (q * nr, nr.min(r.n - q * nr));
         for ii in 0..panel_rows {
             each(ii, jq, &tile[ii * nr..ii * nr + cols]);
         }
+    }
+}
+
+/// The tiles of row panel `p` and column panels `qs`, stored by the tiles into `dots`: `MR` rows
+/// `stride` values apart (at least the panels' columns), columns from the first panel's.
+fn panel_dots(
+    l: &PackedLeft,
+    r: &PackedRight,
+    p: usize,
+    qs: std::ops::Range<usize>,
+    dots: &mut [i32],
+    stride: usize,
+) {
+    let (mr, nr, groups) = (l.kernel.mr(), l.kernel.nr(), l.k.div_ceil(4));
+    let lp: &[u8] = bytemuck::cast_slice(&l.data[p * groups * mr..(p + 1) * groups * mr]);
+    let first = qs.start;
+    for q in qs {
+        let rp: &[u8] = bytemuck::cast_slice(&r.data[q * groups * nr..(q + 1) * groups * nr]);
+        run_tile(
+            l.kernel,
+            !l.signed,
+            groups,
+            lp,
+            rp,
+            &mut dots[(q - first) * nr..],
+            stride,
+        );
+    }
+}
+
+impl Correction<'_> {
+    /// What row `i`'s zero-point terms add to each of its dot products, when that is one
+    /// constant: the row's zero point is 0 and the columns share theirs.
+    fn row_shift(&self, i: usize) -> Option<i32> {
+        let zr = self.uniform_zr?;
+        (self.zl[i] == 0).then(|| zr.wrapping_mul(self.sl[i]).wrapping_neg())
     }
 }
 
@@ -686,6 +738,24 @@ fn correct_row_body<const FMA: bool>(
     }
 }
 
+/// [`correct_row_body`] with the dot products replaced by their sums.
+#[inline(always)]
+fn correct_row_in_place_body<const FMA: bool>(fix: &Correction<'_>, i: usize, jq: usize, values: &mut [i32]) {
+    let n = values.len();
+    let (zl, sl) = (fix.zl[i], fix.sl[i]);
+    let (zr, u) = (&fix.zr[jq..jq + n], &fix.u[jq..jq + n]);
+    for j in 0..n {
+        values[j] = values[j]
+            .wrapping_sub(zr[j].wrapping_mul(sl))
+            .wrapping_add(zl.wrapping_mul(u[j]));
+    }
+}
+
+multiversion! {
+    /// [`correct_row_in_place_body`] in vector lanes.
+    fn correct_row_in_place(fix: &Correction<'_>, i: usize, jq: usize, values: &mut [i32]) = correct_row_in_place_body;
+}
+
 multiversion! {
     /// [`correct_row_body`] compiled for AVX2 and AVX-512 too: the baseline target has no 32-bit
     /// vector multiply, and each product took a sequence of shuffles (the hottest loop of the
@@ -693,11 +763,10 @@ multiversion! {
     fn correct_row(fix: &Correction<'_>, i: usize, jq: usize, dots: &[i32], dst: &mut [i32]) = correct_row_body;
 }
 
-/// One tile of dot products, row-major `MR × NR` in `tile`.
-fn run_tile(kernel: QKernel, left_u8: bool, groups: usize, l: &[u8], r: &[u8], tile: &mut [i32; TILE]) {
+/// One tile of dot products, `MR` rows of `NR` in `out`, rows `ld` values apart.
+fn run_tile(kernel: QKernel, left_u8: bool, groups: usize, l: &[u8], r: &[u8], out: &mut [i32], ld: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        let out = tile.as_mut_slice();
         match kernel {
             QKernel::Vnni => {
                 // SAFETY: `QKernel::Vnni` is only made by `for_isa` after detecting AVX-512F (through
@@ -705,9 +774,9 @@ fn run_tile(kernel: QKernel, left_u8: bool, groups: usize, l: &[u8], r: &[u8], t
                 #[allow(unsafe_code)]
                 unsafe {
                     if left_u8 {
-                        x86::tile_vnni::<true>(groups, l, r, out)
+                        x86::tile_vnni::<true>(groups, l, r, out, ld)
                     } else {
-                        x86::tile_vnni::<false>(groups, l, r, out)
+                        x86::tile_vnni::<false>(groups, l, r, out, ld)
                     }
                 }
             }
@@ -716,9 +785,9 @@ fn run_tile(kernel: QKernel, left_u8: bool, groups: usize, l: &[u8], r: &[u8], t
                 #[allow(unsafe_code)]
                 unsafe {
                     if left_u8 {
-                        x86::tile_avx2::<true>(groups, l, r, out)
+                        x86::tile_avx2::<true>(groups, l, r, out, ld)
                     } else {
-                        x86::tile_avx2::<false>(groups, l, r, out)
+                        x86::tile_avx2::<false>(groups, l, r, out, ld)
                     }
                 }
             }
@@ -726,7 +795,7 @@ fn run_tile(kernel: QKernel, left_u8: bool, groups: usize, l: &[u8], r: &[u8], t
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (kernel, left_u8, groups, l, r, tile);
+        let _ = (kernel, left_u8, groups, l, r, out, ld);
         unreachable!("QKernel is only made on x86-64")
     }
 }

@@ -1,7 +1,7 @@
 //! The integer product on raw codes against the reference on centred values (`igemm`), exactly,
 //! for every kernel this CPU has.
 
-use super::{Codes, PackedLeft, PackedRight, QKernel, Sums, qgemm};
+use super::{Codes, PackedLeft, PackedRight, QKernel, Sink, Sums, qgemm};
 use crate::cpu::quant::igemm::{ConvGeom, centred, conv_i32, igemm};
 use crate::cpu::quant::qconv::{PackedFilters, conv_q};
 use crate::cpu::simd::all_available;
@@ -32,6 +32,17 @@ impl Rng {
     fn zero_points(&mut self, signed: bool, per: usize) -> Vec<i32> {
         let n = if self.next().is_multiple_of(2) { 1 } else { per };
         (0..n).map(|_| code(self.next() as u8, signed)).collect()
+    }
+}
+
+/// The sums row by row through [`Sink::put`], as a sink that does not keep them in place sees them.
+struct Rows;
+
+impl Sink for Rows {
+    type Out = i32;
+
+    fn put(&self, _: usize, _: usize, sums: &[i32], dst: &mut [i32]) {
+        dst.copy_from_slice(sums);
     }
 }
 
@@ -73,12 +84,19 @@ fn check_product(kernel: QKernel, rng: &mut Rng, (m, k, n): (usize, usize, usize
         };
         let l = PackedLeft::pack(kernel, codes(&a, sa), m, k);
         let r = PackedRight::pack(kernel, codes(&b, sb), k, n, sa);
+        let want = reference((&a, sa, &za), (&b, sb, &zb), m, k, n);
         let mut c = vec![i32::MIN; m * n];
         qgemm(&l, &r, &za, &zb, &Sums, &mut c);
-        let want = reference((&a, sa, &za), (&b, sb, &zb), m, k, n);
         assert_eq!(
             c, want,
             "{kernel:?} {m}×{k}×{n}, a signed {sa}, b signed {sb}, zero points {za:?} {zb:?}"
+        );
+        // through a sink that takes whole rows, as the requantizing one does
+        let mut c = vec![i32::MIN; m * n];
+        qgemm(&l, &r, &za, &zb, &Rows, &mut c);
+        assert_eq!(
+            c, want,
+            "{kernel:?} {m}×{k}×{n} by rows, zero points {za:?} {zb:?}"
         );
     }
 }
@@ -215,6 +233,8 @@ fn conv_q_matches(geoms: &[Geom]) {
                 let wc = centred(&wv, |i| w_zp[if w_zp.len() == 1 { 0 } else { i / per_filter }]);
                 let want = conv_i32(&xc, &wc, &g);
                 assert_eq!(y, want, "{kernel:?} {g:?}, x signed {sx}, w signed {sw}");
+                let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g, &Rows);
+                assert_eq!(y, want, "{kernel:?} {g:?} by rows, x signed {sx}, w signed {sw}");
             }
         }
     }

@@ -22,17 +22,23 @@ pub(super) const NR_VNNI: usize = 32;
 pub(super) const MR_AVX2: usize = 4;
 pub(super) const NR_AVX2: usize = 8;
 
-/// `out[i·NR + j] = Σ_g dot4(l[g][i], r[g][j])` over `groups` k groups.
+/// `out[i·ld + j] = Σ_g dot4(l[g][i], r[g][j])` over `groups` k groups.
 ///
 /// # Safety
 /// The CPU has AVX-512F, AVX-512BW and AVX-512 VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::needless_range_loop)]
-pub(super) unsafe fn tile_vnni<const LEFT_U8: bool>(groups: usize, l: &[u8], r: &[u8], out: &mut [i32]) {
+pub(super) unsafe fn tile_vnni<const LEFT_U8: bool>(
+    groups: usize,
+    l: &[u8],
+    r: &[u8],
+    out: &mut [i32],
+    ld: usize,
+) {
     assert!(l.len() >= groups * MR_VNNI * 4 && r.len() >= groups * NR_VNNI * 4);
-    assert!(out.len() >= MR_VNNI * NR_VNNI);
+    assert!(ld >= NR_VNNI && out.len() >= (MR_VNNI - 1) * ld + NR_VNNI);
     // SAFETY: the assert bounds every read: group g reads l[g·MR·4 .. (g+1)·MR·4] and
-    // r[g·NR·4 .. (g+1)·NR·4]; the stores write the first MR·NR values of `out`.
+    // r[g·NR·4 .. (g+1)·NR·4]; the stores write NR values at each of out[i·ld] for i < MR.
     unsafe {
         let mut acc = [[_mm512_setzero_si512(); 2]; MR_VNNI];
         let (mut lp, mut rp) = (l.as_ptr(), r.as_ptr());
@@ -54,8 +60,8 @@ pub(super) unsafe fn tile_vnni<const LEFT_U8: bool>(groups: usize, l: &[u8], r: 
         }
         let o = out.as_mut_ptr();
         for i in 0..MR_VNNI {
-            _mm512_storeu_si512(o.add(i * NR_VNNI).cast(), acc[i][0]);
-            _mm512_storeu_si512(o.add(i * NR_VNNI + 16).cast(), acc[i][1]);
+            _mm512_storeu_si512(o.add(i * ld).cast(), acc[i][0]);
+            _mm512_storeu_si512(o.add(i * ld + 16).cast(), acc[i][1]);
         }
     }
 }
@@ -66,9 +72,15 @@ pub(super) unsafe fn tile_vnni<const LEFT_U8: bool>(groups: usize, l: &[u8], r: 
 /// The CPU has AVX2.
 #[target_feature(enable = "avx2")]
 #[allow(clippy::needless_range_loop)]
-pub(super) unsafe fn tile_avx2<const LEFT_U8: bool>(groups: usize, l: &[u8], r: &[u8], out: &mut [i32]) {
+pub(super) unsafe fn tile_avx2<const LEFT_U8: bool>(
+    groups: usize,
+    l: &[u8],
+    r: &[u8],
+    out: &mut [i32],
+    ld: usize,
+) {
     assert!(l.len() >= groups * MR_AVX2 * 4 && r.len() >= groups * NR_AVX2 * 4);
-    assert!(out.len() >= MR_AVX2 * NR_AVX2);
+    assert!(ld >= NR_AVX2 && out.len() >= (MR_AVX2 - 1) * ld + NR_AVX2);
     // SAFETY: as in `tile_vnni`, for this tile's MR and NR.
     unsafe {
         // acc[i][h]: lanes (2c, 2c+1) hold column 4h + c's sums of k pairs (0,1) and (2,3)
@@ -102,7 +114,7 @@ pub(super) unsafe fn tile_avx2<const LEFT_U8: bool>(groups: usize, l: &[u8], r: 
             // [c0 c1 c4 c5 | c2 c3 c6 c7] → [c0 … c7]
             let s = _mm256_hadd_epi32(acc[i][0], acc[i][1]);
             let s = _mm256_permute4x64_epi64::<0b11_01_10_00>(s);
-            _mm256_storeu_si256(o.add(i * NR_AVX2).cast(), s);
+            _mm256_storeu_si256(o.add(i * ld).cast(), s);
         }
     }
 }
