@@ -18,7 +18,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::ir::{ConcreteGraph, CoordTransform, Op, ResizeMode, ValueId};
+use crate::ir::{ConcreteGraph, CoordTransform, Op, QuantOp, ResizeMode, ValueId};
 use crate::tensor::{DataType, Tensor};
 
 /// Runs of each way timed before a plan settles on the fastest one.
@@ -332,7 +332,7 @@ fn output_sample(
     match &node.op {
         Op::Unary(_) | Op::Cast { .. } | Op::Identity => x,
         Op::DepthToSpace { .. } | Op::SpaceToDepth { .. } => front,
-        Op::Binary(_) | Op::Where => {
+        Op::Binary(_) | Op::Where | Op::Quant(QuantOp::QLinearBinary(_)) => {
             let s = (0..node.inputs.len()).find_map(sample)?;
             rest(0, s).then_some(s)
         }

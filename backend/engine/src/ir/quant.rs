@@ -6,7 +6,7 @@
 //! `block_size > 0`, a tensor of the input's rank whose `axis` dim counts blocks of `block_size`
 //! consecutive indices (blocked, ONNX opset 21).
 
-use super::AutoPad;
+use super::{AutoPad, BinaryOp};
 use crate::tensor::DataType;
 
 /// The window of ConvInteger and QLinearConv, as [`super::Op::Conv`] has it.
@@ -77,6 +77,11 @@ pub enum QuantOp {
     /// the integer convolution plus INT32 bias, requantized to y's scale and zero point (w's scale and
     /// zero point per-tensor or per output channel; y has x's dtype).
     QLinearConv(ConvWindow),
+    /// `[a, a_scale, a_zero_point?, b, b_scale, b_zero_point?, c_scale, c_zero_point?]` → `[c]`:
+    /// onnxruntime's QLinearAdd (`Add`) and QLinearMul (`Mul`), numpy broadcasting, every scale
+    /// and zero point per tensor: `c = QuantizeLinear(DequantizeLinear(a) ∘ DequantizeLinear(b))`
+    /// with c's scale and zero point; c has c_zero_point's dtype, else a's.
+    QLinearBinary(BinaryOp),
 }
 
 impl QuantOp {
@@ -91,6 +96,8 @@ impl QuantOp {
             QuantOp::QLinearMatMul => "QLinearMatMul",
             QuantOp::ConvInteger(_) => "ConvInteger",
             QuantOp::QLinearConv(_) => "QLinearConv",
+            QuantOp::QLinearBinary(BinaryOp::Mul) => "QLinearMul",
+            QuantOp::QLinearBinary(_) => "QLinearAdd",
         }
     }
 }

@@ -54,7 +54,7 @@ pub(crate) use onnx::{Converted, Ctx, OnnxOp, lookup};
 
 use crate::cpu::Buf;
 use crate::error::Result;
-use crate::ir::{Node, Op};
+use crate::ir::{Node, Op, QuantOp};
 use crate::tensor::DataType;
 use crate::wgpu::{Compiler, GpuResult};
 
@@ -159,6 +159,7 @@ pub(crate) fn family(op: &Op) -> &'static Family {
         | Op::SpaceToDepth { .. } => &movement::FAMILY,
         Op::Resize { .. } => &resize::FAMILY,
         Op::Lstm { .. } | Op::Gru { .. } => &rnn::FAMILY,
+        Op::Quant(QuantOp::QLinearBinary(_)) => &qlinear_binary::FAMILY,
         Op::Quant(_) => &quant::FAMILY,
         Op::CumSum { .. }
         | Op::Trilu { .. }

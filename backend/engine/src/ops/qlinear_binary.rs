@@ -1,15 +1,23 @@
 //! onnxruntime's quantized element-wise operators (`com.microsoft`) QLinearAdd and QLinearMul: what
-//! `onnxruntime.quantization` writes for an Add or a Mul between quantized tensors.
+//! `onnxruntime.quantization` writes for an Add or a Mul between quantized tensors, and what the QDQ
+//! pass (`passes/qdq.rs`) makes of a QDQ model's `Q(DQ(a) + DQ(b))` (a ResNet's residual adds).
 //!
-//! Both decompose at load into `QuantizeLinear(DequantizeLinear(A) ∘ DequantizeLinear(B), C_scale,
-//! C_zero_point)` with numpy broadcasting, ops both executors run. onnxruntime's kernels fold the
-//! three scales into f32 ratios before rounding, so a value that lands within an f32 rounding error
-//! of a half step may round to the neighbouring step: results agree with onnxruntime within one
-//! quantization step (exactly on the contrib test graphs).
+//! Both compute `QuantizeLinear(DequantizeLinear(A) ∘ DequantizeLinear(B), C_scale, C_zero_point)`
+//! with numpy broadcasting, the numbers of the float graph a QDQ model writes. The CPU runs operands
+//! of one shape in one pass over their codes (`cpu/quant/binary.rs`), others through FP32 tensors;
+//! wgpu runs one element-wise kernel. onnxruntime's kernels fold the three scales into f32 ratios
+//! before rounding, so a value within an f32 rounding error of a half step may round to the
+//! neighbouring step: results agree with onnxruntime within one quantization step (exactly on the
+//! contrib test graphs).
 
-use super::chain::{Chain, decomposed};
 use super::prelude::*;
+use super::quant::{first_f32, first_int, int8, scale_shape, zero_point_or_zero, zero_point_shape};
+use crate::cpu::elementwise as kernel;
+use crate::cpu::quant::binary::{BinaryCodes, qlinear_binary};
+use crate::cpu::quant::linear::{self, Layout, int_range};
 use crate::ir::{BinaryOp, QuantOp};
+use crate::wgpu::expr::{self, EwNode, EwProgram};
+use crate::wgpu::{DType, ew_binary};
 
 /// The ONNX operators this module converts.
 pub(super) static ONNX: &[OnnxOp] = &[
@@ -17,60 +25,186 @@ pub(super) static ONNX: &[OnnxOp] = &[
     OnnxOp::microsoft("QLinearMul", convert, &FAMILY),
 ];
 
-/// No IR ops of its own: everything here decomposes.
-pub(super) static FAMILY: Family = decomposed("qlinear_binary");
-
-/// Per-tensor (de)quantization: the scales and zero points of these operators are scalars.
-const PER_TENSOR_DQ: QuantOp = QuantOp::DequantizeLinear {
-    axis: 1,
-    block_size: 0,
-    output_dtype: None,
+/// The IR ops of this module: [`QuantOp::QLinearBinary`].
+pub(super) static FAMILY: Family = Family {
+    name: "qlinear_binary",
+    plan_time: false,
+    value_dependent_shapes: false,
+    param_input: no_params,
+    resolve,
+    cpu,
+    wgpu,
 };
 
 fn convert(
-    cx: &mut Ctx<'_>,
+    _cx: &mut Ctx<'_>,
     n: &NodeProto,
-    name: &str,
+    _name: &str,
     _a: &Attrs<'_>,
     inputs: &[Option<ValueId>],
 ) -> Result<Converted> {
-    let op = n.op_type.as_str();
+    let op = match n.op_type.as_str() {
+        "QLinearAdd" => BinaryOp::Add,
+        "QLinearMul" => BinaryOp::Mul,
+        other => return Err(not_registered(other)),
+    };
+    for (i, what) in [(0, "A"), (1, "A_scale"), (3, "B"), (4, "B_scale"), (6, "C_scale")] {
+        need(inputs, i, what)?;
+    }
+    Ok(Converted::Node(
+        Op::Quant(QuantOp::QLinearBinary(op)),
+        inputs.to_vec(),
+    ))
+}
+
+fn no_params(_op: &Op, _i: usize) -> bool {
+    false
+}
+
+/// The operation of a QLinearBinary node.
+fn operation(op: &Op) -> Result<BinaryOp> {
     match op {
-        "QLinearAdd" => qlinear(cx, name, inputs, BinaryOp::Add),
-        "QLinearMul" => qlinear(cx, name, inputs, BinaryOp::Mul),
-        other => Err(not_registered(other)),
+        Op::Quant(QuantOp::QLinearBinary(b @ (BinaryOp::Add | BinaryOp::Mul))) => Ok(*b),
+        other => Err(wrong_family(other, "qlinear_binary")),
     }
 }
 
-/// `[A, A_scale, A_zero_point?, B, B_scale, B_zero_point?, C_scale, C_zero_point?]` → `[C]`, C of A's
-/// element type.
-fn qlinear(cx: &mut Ctx<'_>, name: &str, inputs: &[Option<ValueId>], op: BinaryOp) -> Result<Converted> {
-    let a = need(inputs, 0, "A")?;
-    let a_scale = need(inputs, 1, "A_scale")?;
-    let b = need(inputs, 3, "B")?;
-    let b_scale = need(inputs, 4, "B_scale")?;
-    let c_scale = need(inputs, 6, "C_scale")?;
-    let at = |i: usize| inputs.get(i).copied().flatten();
-    let mut chain = Chain::new(cx, name);
-    let mut dequantize = |step: &str, x: ValueId, scale: ValueId, zero: Option<ValueId>| {
-        let ins: Vec<ValueId> = [Some(x), Some(scale), zero].into_iter().flatten().collect();
-        chain.push(step, Op::Quant(PER_TENSOR_DQ), &ins)
+fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved> {
+    let name = match operation(op)? {
+        BinaryOp::Mul => "QLinearMul",
+        _ => "QLinearAdd",
     };
-    let fa = dequantize("a_dequantized", a, a_scale, at(2));
-    let fb = dequantize("b_dequantized", b, b_scale, at(5));
-    let fc = chain.binary("float_result", op, fa, fb);
-    // Without C_zero_point the result is still of A's type (an INT8 A gives an INT8 C): a zero of
-    // that type makes QuantizeLinear produce it.
-    let c_zero = match at(7) {
-        Some(z) => z,
-        None => chain.scalar_like("c_zero_point", 0.0, a),
+    let a = int8(req(ins, 0, "A")?, &format!("{name} input A"))?;
+    let b = req(ins, 3, "B")?;
+    if b.dtype != a.dtype {
+        return Err(EngineError::invalid(format!(
+            "{name} inputs A and B are {} and {}; they must have one type",
+            a.dtype, b.dtype
+        )));
+    }
+    for (i, what) in [(1, "A_scale"), (4, "B_scale"), (6, "C_scale")] {
+        scale_shape(req(ins, i, what)?, &[], &format!("{name} {what}"), "")?;
+    }
+    for (i, what) in [(2, "A_zero_point"), (5, "B_zero_point")] {
+        zero_point_shape(opt(ins, i), a.dtype, &[], &format!("{name} {what}"), "")?;
+    }
+    let c_dtype = opt(ins, 7).map_or(a.dtype, |z| z.dtype);
+    int8(
+        InVal {
+            dtype: c_dtype,
+            shape: &[],
+            host: None,
+        },
+        &format!("{name} C_zero_point"),
+    )?;
+    zero_point_shape(opt(ins, 7), c_dtype, &[], &format!("{name} C_zero_point"), "")?;
+    let shape = broadcast_shapes(a.shape, b.shape)?;
+    Ok(concrete(op.clone(), ins.len(), vec![(c_dtype, shape)]))
+}
+
+/// A scale and zero point (absent = 0) of the node's inputs at `[scale, zero_point]`.
+fn scale_and_zero(ins: &[In<'_>], [s, z]: [usize; 2]) -> Result<(f32, i32)> {
+    let zero = match ins.get(z).copied().flatten() {
+        Some((b, _)) => first_int(b)?,
+        None => 0,
     };
-    Ok(chain.finish(
-        Op::Quant(QuantOp::QuantizeLinear {
-            axis: 1,
-            block_size: 0,
-            output_dtype: None,
-        }),
-        &[fc, c_scale, c_zero],
-    ))
+    Ok((first_f32(arg(ins, s)?.0)?, zero))
+}
+
+fn cpu(
+    op: &Op,
+    ins: &[In<'_>],
+    outs: &[(DataType, Vec<usize>)],
+    _prep: Option<&Prepared>,
+) -> Result<Vec<Buf>> {
+    let bop = operation(op)?;
+    let (a, sa) = arg(ins, 0)?;
+    let (b, sb) = arg(ins, 3)?;
+    let (dtype, shape) = outs
+        .first()
+        .ok_or_else(|| EngineError::internal("QLinearBinary without an output"))?;
+    let p = BinaryCodes {
+        multiply: bop == BinaryOp::Mul,
+        signed: *dtype == DataType::I8,
+        a: scale_and_zero(ins, [1, 2])?,
+        b: scale_and_zero(ins, [4, 5])?,
+        c: scale_and_zero(ins, [6, 7])?,
+        range: int_range(*dtype)?,
+    };
+    // one shape, and codes of the output's type: one pass over the codes
+    match (a, b, dtype) {
+        (Buf::U8(x), Buf::U8(y), DataType::U8) if sa == sb => {
+            return Ok(vec![Buf::U8(qlinear_binary(x, y, &p))]);
+        }
+        (Buf::I8(x), Buf::I8(y), DataType::I8) if sa == sb => {
+            let codes = qlinear_binary(bytemuck::cast_slice(x), bytemuck::cast_slice(y), &p);
+            return Ok(vec![Buf::I8(bytemuck::cast_vec(codes))]);
+        }
+        _ => {}
+    }
+    // broadcast: through FP32 tensors, as the float graph runs it
+    let real = |x: &Buf, (scale, zero): (f32, i32)| {
+        linear::dequantize_8bit(x, &[scale], Some(&[zero]), Layout::PerTensor)
+            .map(Buf::F32)
+            .ok_or_else(|| EngineError::internal(format!("QLinearBinary codes of {}", x.dtype())))
+    };
+    let sum = kernel::binary(bop, &real(a, p.a)?, sa, &real(b, p.b)?, sb, shape)?;
+    let (scale, zero) = p.c;
+    let codes = linear::quantize_8bit(&f32_of(&sum), &[scale], Some(&[zero]), Layout::PerTensor, *dtype);
+    Ok(vec![codes.ok_or_else(|| {
+        EngineError::internal(format!("QLinearBinary writing {dtype}"))
+    })?])
+}
+
+/// One element-wise kernel: each operand's `(code − zero_point) · scale`, their sum or product,
+/// and its code `clip(round(v / C_scale) + C_zero_point)`.
+fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
+    let bop = operation(&n.op).map_err(|e| GpuError::internal(e.to_string()))?;
+    let name = c.out_name(n, 0);
+    let out_id = Compiler::out_id(n, 0)?;
+    let (lo, hi) = int_range(c.g.value(out_id).dtype).map_err(|e| GpuError::invalid(e.to_string()))?;
+    let mut operands = Vec::with_capacity(8);
+    for i in 0..8 {
+        operands.push(match i {
+            2 | 5 | 7 => zero_point_or_zero(c, n, i, &name)?,
+            _ => c.input(n, i)?,
+        });
+    }
+    let mut nodes = Vec::new();
+    let mut push = |node: EwNode| {
+        nodes.push(node);
+        nodes.len() - 1
+    };
+    let real = |push: &mut dyn FnMut(EwNode) -> usize, [x, s, z]: [usize; 3]| {
+        let code = push(EwNode::Operand(x));
+        let code = push(EwNode::Cast(DType::F32, code));
+        let zero = push(EwNode::Operand(z));
+        let zero = push(EwNode::Cast(DType::F32, zero));
+        let centred = push(EwNode::Binary(expr::BinaryOp::Sub, code, zero));
+        let scale = push(EwNode::Operand(s));
+        push(EwNode::Binary(expr::BinaryOp::Mul, centred, scale))
+    };
+    let fa = real(&mut push, [0, 1, 2]);
+    let fb = real(&mut push, [3, 4, 5]);
+    let v = push(EwNode::Binary(ew_binary(bop), fa, fb));
+    let scale = push(EwNode::Operand(6));
+    let q = push(EwNode::Binary(expr::BinaryOp::Div, v, scale));
+    let q = push(EwNode::Unary(expr::UnaryOp::Round, q));
+    let zero = push(EwNode::Operand(7));
+    let zero = push(EwNode::Cast(DType::F32, zero));
+    let q = push(EwNode::Binary(expr::BinaryOp::Add, q, zero));
+    let q = push(EwNode::Unary(expr::UnaryOp::Clip(lo as f32, hi as f32), q));
+    let out = c.dev_type(out_id)?;
+    push(EwNode::Cast(out, q));
+    let refs: Vec<&DTensor> = operands.iter().collect();
+    let shape = c.out_shape(n, 0)?;
+    let y = crate::wgpu::kernels::elementwise::elementwise(
+        &mut c.b,
+        &name,
+        &EwProgram { nodes },
+        &refs,
+        out,
+        &shape,
+    )?;
+    c.set(n, 0, y)
 }

@@ -153,6 +153,7 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
         Ok(concrete(Op::Quant(q), n_in, outputs))
     };
     match q {
+        QuantOp::QLinearBinary(_) => Err(wrong_family(op, "quant")),
         QuantOp::QuantizeLinear {
             axis,
             block_size,
@@ -396,7 +397,7 @@ fn check_params(
 }
 
 /// Refuses anything but UINT8 and INT8 for the integer products.
-fn int8<'a>(v: InVal<'a>, what: &str) -> Result<InVal<'a>> {
+pub(super) fn int8<'a>(v: InVal<'a>, what: &str) -> Result<InVal<'a>> {
     if matches!(v.dtype, DataType::U8 | DataType::I8) {
         Ok(v)
     } else {
@@ -408,13 +409,13 @@ fn int8<'a>(v: InVal<'a>, what: &str) -> Result<InVal<'a>> {
 }
 
 /// A scale: one value, or one per `per` (`per_what` names it).
-fn scale_shape(v: InVal<'_>, per: &[usize], what: &str, per_what: &str) -> Result<()> {
+pub(super) fn scale_shape(v: InVal<'_>, per: &[usize], what: &str, per_what: &str) -> Result<()> {
     float_only(v.dtype, what)?;
     per_value_shape(v.shape, per, what, per_what)
 }
 
 /// A zero point (when present): `dtype`, and one value or one per `per`.
-fn zero_point_shape(
+pub(super) fn zero_point_shape(
     v: Option<InVal<'_>>,
     dtype: DataType,
     per: &[usize],
@@ -595,6 +596,7 @@ fn cpu(
         .first()
         .ok_or_else(|| EngineError::internal(format!("{} without outputs", q.name())))?;
     match q {
+        QuantOp::QLinearBinary(_) => Err(wrong_family(op, "quant")),
         QuantOp::QuantizeLinear { axis, block_size, .. } => {
             let (x, xs) = arg(ins, 0)?;
             let (scale, ss) = arg(ins, 1)?;
@@ -708,14 +710,14 @@ fn per(v: &[f32], i: usize) -> f32 {
     if v.len() == 1 { v[0] } else { v[i] }
 }
 
-fn first_f32(b: &Buf) -> Result<f32> {
+pub(super) fn first_f32(b: &Buf) -> Result<f32> {
     f32_of(b)
         .first()
         .copied()
         .ok_or_else(|| EngineError::invalid("an empty scale tensor"))
 }
 
-fn first_int(b: &Buf) -> Result<i32> {
+pub(super) fn first_int(b: &Buf) -> Result<i32> {
     ints(b, "zero point")?
         .first()
         .copied()
@@ -920,6 +922,7 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
     let out_dtype = c.g.values[Compiler::out_id(n, 0)?.0].dtype;
     let range = || int_range(out_dtype).map_err(|e| GpuError::invalid(e.to_string()));
     match q {
+        QuantOp::QLinearBinary(_) => Err(gpu_wrong_family(&n.op, "quant")),
         QuantOp::QuantizeLinear { axis, block_size, .. }
         | QuantOp::DequantizeLinear { axis, block_size, .. }
         | QuantOp::QuantizeDequantize { axis, block_size, .. } => {
@@ -1101,7 +1104,7 @@ fn byte_codes(c: &Compiler<'_>, n: &Node, ia: usize, ib: usize) -> GpuResult<Opt
 }
 
 /// Input `i` (a zero point), or a constant 0 when the node has none.
-fn zero_point_or_zero(c: &mut Compiler<'_>, n: &Node, i: usize, name: &str) -> GpuResult<DTensor> {
+pub(super) fn zero_point_or_zero(c: &mut Compiler<'_>, n: &Node, i: usize, name: &str) -> GpuResult<DTensor> {
     match c.opt_input(n, i)? {
         Some(z) => Ok(z),
         None => c.b.constant_i32(&format!("{name}#zero_point{i}"), &[1], &[0]),

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use super::{model_bytes, op_names, run_cpu, value};
-use crate::Model;
+use super::{model_bytes, op_names, run_cpu, run_on, value};
 use crate::onnx::proto::*;
 use crate::onnx::test_graph::{init, node};
+use crate::{AdapterChoice, ExecutorKind, Model};
 
 /// A one-input (`x`), one-output (`y`) opset-17 model, as bytes.
 fn bytes(nodes: Vec<NodeProto>, initializer: Vec<TensorProto>, x: &[i64], y: &[i64]) -> Vec<u8> {
@@ -295,4 +295,138 @@ fn a_per_tensor_pair_after_a_conv_is_rounded_in_the_conv_epilogue() {
         let conv: f32 = (0..c).map(|k| w[o * c + k] * x[k * 10 + px]).sum();
         assert_eq!(g, fake_quantized(conv.max(0.0), 0.05, 3, (0, 255)), "element {i}");
     }
+}
+
+/// `y = DQ(Q(DQ(Q(x, sa, za)) ∘ DQ(Q(x, sb, zb)), sy, zy))`: two quantizations of x added or
+/// multiplied (`op`), as `quantize_static` writes a residual add, in UINT8 or INT8 codes.
+fn qdq_binary_model(op: &str, signed: bool, x: &[i64]) -> Vec<u8> {
+    let (t, [za, zb, zy]) = if signed {
+        (3, [-10, 20, 5])
+    } else {
+        (2, [100, 130, 120])
+    };
+    let nodes = vec![
+        node("QuantizeLinear", &["x", "sa", "za"], "aq", vec![]),
+        node("DequantizeLinear", &["aq", "sa", "za"], "ad", vec![]),
+        node("QuantizeLinear", &["x", "sb", "zb"], "bq", vec![]),
+        node("DequantizeLinear", &["bq", "sb", "zb"], "bd", vec![]),
+        node(op, &["ad", "bd"], "p", vec![]),
+        node("QuantizeLinear", &["p", "sy", "zy"], "pq", vec![]),
+        node("DequantizeLinear", &["pq", "sy", "zy"], "y", vec![]),
+    ];
+    let inits = vec![
+        init("sa", &[], &[0.05]),
+        codes("za", t, &[], &[za]),
+        init("sb", &[], &[0.03]),
+        codes("zb", t, &[], &[zb]),
+        init("sy", &[], &[0.07]),
+        codes("zy", t, &[], &[zy]),
+    ];
+    bytes(nodes, inits, x, x)
+}
+
+#[test]
+fn qdq_add_and_mul_become_qlinear_add_and_mul_with_the_same_codes() {
+    // 36,864 values: the CPU's pass over the codes runs in pieces on the pool's threads
+    let shape = [1, 4, 96, 96];
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let n: usize = shape.iter().product();
+    let x: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5).collect();
+    for (op, want_op) in [("Add", "QLinearAdd"), ("Mul", "QLinearMul")] {
+        for signed in [false, true] {
+            let model = qdq_binary_model(op, signed, &dims);
+            let plain = Arc::new(Model::from_bytes(&model, None).unwrap());
+            let mut g = crate::onnx::load_graph(&model, None).unwrap();
+            assert!(crate::passes::qdq::rewrite_from(&mut g, 0).unwrap());
+            let rewritten = Arc::new(Model::from_graph(g).unwrap());
+            let ops = op_names(&rewritten);
+            assert!(ops.contains(&want_op) && !ops.contains(&"Binary"), "{ops:?}");
+            let want = run_cpu(&plain, shape.to_vec(), x.clone())
+                .to_vec::<f32>()
+                .unwrap();
+            let got = run_cpu(&rewritten, shape.to_vec(), x.clone())
+                .to_vec::<f32>()
+                .unwrap();
+            // the float graph's numbers exactly: the same dequantized values, sum and rounding
+            assert!(
+                got == want,
+                "{op}, signed {signed}: the codes differ from the float graph's"
+            );
+            // one kernel on wgpu, whose division may round a value at a half step the other way
+            let gpu = run_on(
+                ExecutorKind::Wgpu(AdapterChoice::Auto),
+                &rewritten,
+                shape.to_vec(),
+                x.clone(),
+            )
+            .to_vec::<f32>()
+            .unwrap();
+            let moved = gpu.iter().zip(&want).filter(|(g, w)| g != w).count();
+            let worst = gpu
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                worst <= 0.07 + 1e-6 && moved * 100 <= n,
+                "{op}, signed {signed}: wgpu {moved} moved, by up to {worst}"
+            );
+        }
+    }
+}
+
+#[test]
+fn by_default_only_adds_of_integer_products_become_qlinear_adds() {
+    use crate::passes::qdq::{LARGE_WEIGHT_CODES, rewrite_from};
+    let ops_after = |model: &[u8]| {
+        let mut g = crate::onnx::load_graph(model, None).unwrap();
+        rewrite_from(&mut g, LARGE_WEIGHT_CODES).unwrap();
+        g.nodes.iter().map(|n| n.op.name()).collect::<Vec<_>>()
+    };
+    // between float nodes' rounded values: the float graph fuses each pair into the node before it
+    let float_operands = qdq_binary_model("Add", false, &[1, 4, 6, 6]);
+    assert!(ops_after(&float_operands).contains(&"Binary"));
+    // a residual add of two 64 → 256 1×1 convolutions (16,384 codes each) that become QLinearConv
+    let (c, m) = (64usize, 256usize);
+    let weight = |seed: usize| -> Vec<f32> {
+        (0..m * c)
+            .map(|i| ((i * seed) % 31) as f32 * 0.02 - 0.3)
+            .collect()
+    };
+    let per_channel = || vec![super::int("axis", 0)];
+    let mut nodes = vec![
+        node("QuantizeLinear", &["x", "sx", "zx"], "xq", vec![]),
+        node("DequantizeLinear", &["xq", "sx", "zx"], "xd", vec![]),
+    ];
+    for branch in ["a", "b"] {
+        let [w, wq, wd, p, pq, pd] = ["w", "wq", "wd", "p", "pq", "pd"].map(|s| format!("{branch}_{s}"));
+        nodes.extend([
+            node("QuantizeLinear", &[&w, "sw", "zw"], &wq, per_channel()),
+            node("DequantizeLinear", &[&wq, "sw", "zw"], &wd, per_channel()),
+            node("Conv", &["xd", &wd], &p, vec![]),
+            node("QuantizeLinear", &[&p, "sp", "zp"], &pq, vec![]),
+            node("DequantizeLinear", &[&pq, "sp", "zp"], &pd, vec![]),
+        ]);
+    }
+    nodes.extend([
+        node("Add", &["a_pd", "b_pd"], "s", vec![]),
+        node("QuantizeLinear", &["s", "sy", "zy"], "sq", vec![]),
+        node("DequantizeLinear", &["sq", "sy", "zy"], "y", vec![]),
+    ]);
+    let inits = vec![
+        init("a_w", &[m as i64, c as i64, 1, 1], &weight(7)),
+        init("b_w", &[m as i64, c as i64, 1, 1], &weight(11)),
+        init("sx", &[], &[0.05]),
+        codes("zx", 2, &[], &[100]),
+        init("sw", &[m as i64], &vec![0.01; m]),
+        codes("zw", 3, &[m as i64], &vec![0; m]),
+        init("sp", &[], &[0.1]),
+        codes("zp", 2, &[], &[120]),
+        init("sy", &[], &[0.2]),
+        codes("zy", 2, &[], &[110]),
+    ];
+    let model = bytes(nodes, inits, &[1, c as i64, 5, 5], &[1, m as i64, 5, 5]);
+    let ops = ops_after(&model);
+    assert!(ops.contains(&"QLinearAdd") && !ops.contains(&"Binary"), "{ops:?}");
+    check(&model, &[1, c, 5, 5], "QLinearAdd");
 }

@@ -1,0 +1,82 @@
+//! QLinearAdd and QLinearMul on 8-bit codes of one shape, in one pass: each pair of codes
+//! dequantized, added or multiplied, and quantized to the output's scale and zero point, with the
+//! numbers of `QuantizeLinear(DequantizeLinear(a) ∘ DequantizeLinear(b))` (the float graph a QDQ
+//! model writes), without the two FP32 tensors in between.
+
+use rayon::prelude::*;
+
+use super::linear::{quantize_one, quotient, reciprocal, round_saturate};
+use crate::cpu::elementwise::PAR_MIN;
+use crate::cpu::simd;
+
+/// The scales and zero points of one QLinearAdd or QLinearMul (all per tensor), the output's
+/// range, and whether the codes are INT8.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BinaryCodes {
+    pub(crate) multiply: bool,
+    pub(crate) signed: bool,
+    pub(crate) a: (f32, i32),
+    pub(crate) b: (f32, i32),
+    pub(crate) c: (f32, i32),
+    pub(crate) range: (i32, i32),
+}
+
+/// `c[i] = quantize(dequantize(a[i]) ∘ dequantize(b[i]))` on the codes' bytes (INT8 codes as their
+/// two's complement), in pieces on the pool's threads when large.
+pub(crate) fn qlinear_binary(a: &[u8], b: &[u8], p: &BinaryCodes) -> Vec<u8> {
+    let mut c = vec![0u8; a.len().min(b.len())];
+    let isa = simd::isa();
+    if c.len() >= PAR_MIN {
+        c.par_chunks_mut(PAR_MIN / 4)
+            .zip(a.par_chunks(PAR_MIN / 4).zip(b.par_chunks(PAR_MIN / 4)))
+            .for_each(|(c, (a, b))| binary_run(isa, a, b, c, p));
+    } else {
+        binary_run(isa, a, b, &mut c, p);
+    }
+    c
+}
+
+simd::multiversion! {
+    /// [`qlinear_binary`] on one piece, in vector lanes.
+    fn binary_run(a: &[u8], b: &[u8], c: &mut [u8], p: &BinaryCodes) = binary_lanes;
+}
+
+#[inline(always)]
+fn binary_lanes<const FMA: bool>(a: &[u8], b: &[u8], c: &mut [u8], p: &BinaryCodes) {
+    // the codes' type and the operation chosen outside the loop, so that each loop vectorises
+    match (p.signed, p.multiply) {
+        (false, false) => codes::<FMA>(a, b, c, p, i32::from, |x, y| x + y),
+        (false, true) => codes::<FMA>(a, b, c, p, i32::from, |x, y| x * y),
+        (true, false) => codes::<FMA>(a, b, c, p, |v| i32::from(v as i8), |x, y| x + y),
+        (true, true) => codes::<FMA>(a, b, c, p, |v| i32::from(v as i8), |x, y| x * y),
+    }
+}
+
+#[inline(always)]
+fn codes<const FMA: bool>(
+    a: &[u8],
+    b: &[u8],
+    c: &mut [u8],
+    p: &BinaryCodes,
+    value: impl Fn(u8) -> i32,
+    op: impl Fn(f32, f32) -> f32,
+) {
+    let ((sa, za), (sb, zb), (sc, zc)) = (p.a, p.b, p.c);
+    let n = c.len();
+    let (a, b) = (&a[..n], &b[..n]);
+    // DequantizeLinear's `(v − zero_point) · scale` for each operand, then QuantizeLinear's code
+    match reciprocal(sc) {
+        Some(inv) if FMA => {
+            for i in 0..n {
+                let x = op((value(a[i]) - za) as f32 * sa, (value(b[i]) - zb) as f32 * sb);
+                c[i] = round_saturate(quotient(x, sc, inv), zc, p.range) as u8;
+            }
+        }
+        _ => {
+            for i in 0..n {
+                let x = op((value(a[i]) - za) as f32 * sa, (value(b[i]) - zb) as f32 * sb);
+                c[i] = quantize_one(x, sc, zc, p.range) as u8;
+            }
+        }
+    }
+}
