@@ -128,7 +128,7 @@ fn prepare(
     weights: &Weights,
     node: &crate::ir::Node,
 ) -> Result<Option<Arc<Prepared>>> {
-    use crate::cpu::quant::qconv::PackedFilters as QPackedFilters;
+    use crate::cpu::quant::qconv::{PackedFilters as QPackedFilters, filter_order};
     use crate::cpu::quant::qgemm::{Codes, PackedRight, QKernel};
     use crate::ir::{Op, QuantOp};
     let isa = simd::isa();
@@ -178,24 +178,49 @@ fn prepare(
             } else {
                 3
             };
-            let (Some(kernel), Some((w, sw, t)), Some(sx)) =
-                (QKernel::current(), constant_codes(iw), input_shape(0))
+            let out = node.output(0).map(|v| g.values[v.0].shape.as_slice());
+            let (Some(kernel), Some((w, sw, t)), Some(sx), Some(so)) =
+                (QKernel::current(), constant_codes(iw), input_shape(0), out)
             else {
                 return Ok(None);
             };
             // depthwise ones run their own kernel on the codes as they are
             let depthwise =
                 win.group > 1 && sx.len() == 4 && sx.get(1) == Some(&win.group) && sw[0] == win.group;
-            if depthwise || sw.is_empty() || sw[0] % win.group.max(1) != 0 {
+            if depthwise || sw.is_empty() || sw[0] % win.group.max(1) != 0 || sx.len() < 3 {
                 return Ok(None);
             }
+            let ns = sx.len() - 2;
+            let geom = crate::cpu::quant::igemm::ConvGeom {
+                n: sx[0],
+                c: sx[1],
+                m: sw[0],
+                group: win.group,
+                input: sx[2..].to_vec(),
+                kernel: sw[2..].to_vec(),
+                output: so[2..].to_vec(),
+                strides: win.strides.clone(),
+                pad_begin: win.pads[..ns.min(win.pads.len())].to_vec(),
+                dilations: win.dilations.clone(),
+            };
+            // the filters' zero points (input 3 of ConvInteger, 5 of QLinearConv): all 0 or absent
+            let izp = if iw == 1 { 3 } else { 5 };
+            let symmetric = match node.input(izp) {
+                None => true,
+                Some(z) => g
+                    .constants
+                    .get(&z)
+                    .is_some_and(|t| t.to_i64_vec().is_ok_and(|v| v.iter().all(|&x| x == 0))),
+            };
+            let order = filter_order(&geom, symmetric);
             let packing = Packing::QConvFilters {
                 group: win.group,
                 kernel,
+                order,
             };
             Some(weights.packed(t, packing, || {
-                Ok(Prepared::QConvFilters(QPackedFilters::pack(
-                    kernel, w, sw[0], win.group,
+                Ok(Prepared::QConvFilters(QPackedFilters::for_conv(
+                    kernel, w, &geom, symmetric,
                 )))
             })?)
         }

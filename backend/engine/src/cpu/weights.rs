@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::cpu::buf::Buf;
 use crate::cpu::conv::{FilterLayout, PackedFilters};
 use crate::cpu::mm::PackedB;
-use crate::cpu::quant::qconv::PackedFilters as QPackedFilters;
+use crate::cpu::quant::qconv::{FilterOrder, PackedFilters as QPackedFilters};
 use crate::cpu::quant::qgemm::{PackedRight, QKernel};
 use crate::cpu::simd::Isa;
 use crate::error::{EngineError, Result};
@@ -65,6 +65,8 @@ pub(crate) enum Packing {
         group: usize,
         /// the micro-kernel the panels are laid out for
         kernel: QKernel,
+        /// the order of each filter's codes along k
+        order: FilterOrder,
     },
     /// an integer product's constant right-hand side, as [`PackedRight::pack`] packs it
     QRhs {

@@ -885,16 +885,16 @@ fn conv_acc<S: Sink>(
         return Ok(sink.rows(values, geom.m, geom.output.iter().product()));
     }
     if let (Some(kernel), Some(xc), Some(wc)) = (QKernel::current(), codes(x), codes(w)) {
-        let rows = sw[1..].iter().product();
+        let symmetric = wz.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0));
         let owned;
         let filters = match prep {
-            Some(Prepared::QConvFilters(f)) if f.fits(kernel, geom.m, geom.group, rows) => f,
+            Some(Prepared::QConvFilters(f)) if f.fits(kernel, &geom, symmetric) => f,
             _ => {
-                owned = PackedFilters::pack(kernel, wc, geom.m, geom.group);
+                owned = PackedFilters::for_conv(kernel, wc, &geom, symmetric);
                 &owned
             }
         };
-        return Ok(conv_q(
+        return conv_q(
             kernel,
             xc,
             x_zp,
@@ -902,7 +902,7 @@ fn conv_acc<S: Sink>(
             wz.as_deref().unwrap_or(&[0]),
             &geom,
             sink,
-        ));
+        );
     }
     let per_filter: usize = sw[1..].iter().product();
     let x = igemm::centred(&ints(x, "x")?, |_| x_zp);

@@ -1,23 +1,41 @@
 //! The integer convolution on raw 8-bit codes: per image and group, the filters (left) times the
 //! image read as its im2col matrix (right) with [`qgemm`], padding reading the input's zero point.
 //! The same numbers as [`super::igemm::conv_i32`] on centred values.
+//!
+//! Filters whose zero points are all 0 (a symmetric quantizer's) run along k kernel position by
+//! position, four channels at a time ([`FilterOrder::ByTap`]): then each k group of the right
+//! operand is a run of lanes of four channels' codes, interleaved once per image
+//! ([`LanePlanes`]) rather than once per kernel position.
 
 use rayon::prelude::*;
 
 use super::igemm::{ConvGeom, Taps};
 use super::qgemm::{
-    Codes, PackedLeft, PackedRight, QKernel, RowOffset, Sink, qgemm, qgemm_one_thread, write_columns,
+    Codes, PackedLeft, PackedRight, QKernel, RowOffset, Sink, lane_mask, qgemm, qgemm_one_thread,
+    write_columns,
 };
 use crate::cpu::padded::strided_copy;
+use crate::error::{EngineError, Result};
 
 /// The filters of a convolution packed per group, as the left operands of its products.
 #[derive(Debug, Clone)]
 pub(crate) struct PackedFilters {
     groups: Vec<PackedLeft>,
+    order: FilterOrder,
+}
+
+/// The order of a filter's codes along the product's k.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum FilterOrder {
+    /// channel by channel, each channel's kernel positions (ONNX's order, the im2col rows')
+    ByChannel,
+    /// kernel position by position, each position's channels padded with zero codes to `channels`
+    /// (a multiple of 4), so that a k group is four channels at one position
+    ByTap { channels: usize },
 }
 
 impl PackedFilters {
-    /// Packs `w [m, c/group, kernel…]` for `group` groups.
+    /// Packs `w [m, c/group, kernel…]` for `group` groups, channel by channel.
     pub(crate) fn pack(kernel: QKernel, w: Codes<'_>, m: usize, group: usize) -> PackedFilters {
         let mg = m / group.max(1);
         let rows = w.bits().len().checked_div(m).unwrap_or(0);
@@ -27,13 +45,70 @@ impl PackedFilters {
                 PackedLeft::pack(kernel, part, mg, rows)
             })
             .collect();
-        PackedFilters { groups }
+        PackedFilters {
+            groups,
+            order: FilterOrder::ByChannel,
+        }
     }
 
-    /// Whether these are the filters of an `m`-channel convolution of `group` groups with `rows`
-    /// codes per filter, packed for `kernel` (a plan's prepared filters, checked before use).
-    pub(crate) fn fits(&self, kernel: QKernel, m: usize, group: usize, rows: usize) -> bool {
-        self.groups.len() == group && self.groups.iter().all(|l| l.fits(kernel, m / group.max(1), rows))
+    /// Packs the filters `w [m, c/group, kernel…]` of convolution `g` in the order
+    /// [`filter_order`] picks (`symmetric`: every filter's zero point is 0).
+    pub(crate) fn for_conv(kernel: QKernel, w: Codes<'_>, g: &ConvGeom, symmetric: bool) -> PackedFilters {
+        let FilterOrder::ByTap { channels } = filter_order(g, symmetric) else {
+            return PackedFilters::pack(kernel, w, g.m, g.group);
+        };
+        let (cg, mg) = (g.c / g.group.max(1), g.m / g.group.max(1));
+        let k_size: usize = g.kernel.iter().product();
+        let (rows, row_len) = (cg * k_size, k_size * channels);
+        let groups = (0..g.group)
+            .map(|grp| {
+                let mut codes = vec![0u8; mg * row_len];
+                for (f, row) in codes.chunks_exact_mut(row_len.max(1)).enumerate() {
+                    let filter = &w.bits()[(grp * mg + f) * rows..][..rows];
+                    for (ci, taps) in filter.chunks_exact(k_size.max(1)).enumerate() {
+                        for (kp, &code) in taps.iter().enumerate() {
+                            row[kp * channels + ci] = code;
+                        }
+                    }
+                }
+                PackedLeft::pack(kernel, Codes::new(&codes, w.signed()), mg, row_len)
+            })
+            .collect();
+        PackedFilters {
+            groups,
+            order: FilterOrder::ByTap { channels },
+        }
+    }
+
+    /// Whether these are the filters of convolution `g` packed for `kernel` as
+    /// [`PackedFilters::for_conv`] packs them (a plan's prepared filters, checked before use).
+    pub(crate) fn fits(&self, kernel: QKernel, g: &ConvGeom, symmetric: bool) -> bool {
+        let order = filter_order(g, symmetric);
+        let k_size: usize = g.kernel.iter().product();
+        let rows = match order {
+            FilterOrder::ByChannel => g.c / g.group.max(1) * k_size,
+            FilterOrder::ByTap { channels } => k_size * channels,
+        };
+        let mg = g.m / g.group.max(1);
+        self.order == order
+            && self.groups.len() == g.group
+            && self.groups.iter().all(|l| l.fits(kernel, mg, rows))
+    }
+}
+
+/// The order convolution `g`'s filters are packed in: by kernel position where the window has
+/// several (a 1×1 convolution's k groups are four channels either way, interleaved as its strips
+/// are packed), every filter's zero point is 0 (`symmetric`: the product then needs no column sums
+/// of the input) and the input is read as runs of phase planes ([`PhaseLayout::for_conv`]); else
+/// by channel.
+pub(crate) fn filter_order(g: &ConvGeom, symmetric: bool) -> FilterOrder {
+    let taps: usize = g.kernel.iter().product();
+    if symmetric && taps > 1 && PhaseLayout::for_conv(g).is_some() {
+        FilterOrder::ByTap {
+            channels: (g.c / g.group.max(1)).next_multiple_of(4),
+        }
+    } else {
+        FilterOrder::ByChannel
     }
 }
 
@@ -56,17 +131,35 @@ pub(crate) fn conv_q<S: Sink>(
     w_zp: &[i32],
     g: &ConvGeom,
     sink: &S,
-) -> Vec<S::Out> {
+) -> Result<Vec<S::Out>> {
     let (cg, mg) = (g.c / g.group, g.m / g.group);
+    let reading = match w.order {
+        FilterOrder::ByChannel => Reading::new(x, x_zp, g),
+        FilterOrder::ByTap { channels } => {
+            let Some(layout) = PhaseLayout::for_conv(g) else {
+                return Err(EngineError::internal(
+                    "an integer convolution's filters are packed by kernel position for a window read without phase planes",
+                ));
+            };
+            let mask = lane_mask(x.signed(), w.groups.first().is_some_and(PackedLeft::signed));
+            let PhasePlanes {
+                layout,
+                codes,
+                channel_len,
+            } = PhasePlanes::new(layout, x.bits(), g, x_zp as u8);
+            Reading::Lanes(LanePlanes::new(layout, &codes, channel_len, g, channels, mask))
+        }
+    };
     let src = Im2col {
         kernel,
         x,
         x_zp,
-        reading: Reading::new(x, x_zp, g),
+        reading,
         in_size: g.input.iter().product(),
         k_size: g.kernel.iter().product(),
         cg,
         c: g.c,
+        group: g.group,
     };
     // the positions each image's products produce: the output's, or the wider rows of a shifted
     // reading (dropped after)
@@ -95,7 +188,7 @@ pub(crate) fn conv_q<S: Sink>(
         } else {
             y.chunks_mut(image_len).enumerate().for_each(image);
         }
-        return src.reading.output(y, g);
+        return Ok(src.reading.output(y, g));
     }
     // strips of positions: each task's products into a block of its own, copied into y after
     let per = cols.div_ceil(strips).next_multiple_of(kernel.nr());
@@ -121,7 +214,7 @@ pub(crate) fn conv_q<S: Sink>(
         let group_out = &mut y[img * image_len + grp * mg * cols..][..mg * cols];
         write_columns(group_out, cols, first, block, mg);
     }
-    src.reading.output(y, g)
+    Ok(src.reading.output(y, g))
 }
 
 /// How many strips of positions one image's products split into over `threads` threads: one
@@ -155,6 +248,7 @@ struct Im2col<'a> {
     /// input channels per group, and in all
     cg: usize,
     c: usize,
+    group: usize,
 }
 
 /// How the rows of the im2col matrix are read from the input.
@@ -170,6 +264,8 @@ enum Reading {
     Shifted(PhasePlanes),
     /// other windows: each output row's piece through the taps
     Taps(Taps),
+    /// [`Reading::Shifted`] for filters by tap: each k group one run of lanes of four channels
+    Lanes(LanePlanes),
 }
 
 /// Where a convolution's kernel positions read: the phases they need, each `height × width`,
@@ -191,47 +287,115 @@ struct PhasePlanes {
 }
 
 impl Reading {
+    /// The reading of filters by channel.
     fn new(x: Codes<'_>, x_zp: i32, g: &ConvGeom) -> Reading {
-        let unit_strides = g.strides.iter().all(|&s| s == 1);
-        if unit_strides && g.kernel.iter().all(|&k| k == 1) && g.pad_begin.iter().all(|&p| p == 0) {
+        if pointwise(g) {
             return Reading::Image;
         }
-        if g.input.len() == 2 && g.output.iter().all(|&o| o > 0) {
-            let layout = PhaseLayout::new(g);
-            let (oh, ow) = (g.output[0], g.output[1]);
-            let wide = ((oh - 1) * layout.width + ow).div_ceil(NR_ANY);
-            // the wider rows cost tiles: worth it while they add at most a quarter
-            if 4 * wide <= 5 * (oh * ow).div_ceil(NR_ANY) {
-                return Reading::Shifted(PhasePlanes::new(layout, x.bits(), g, x_zp as u8));
-            }
+        match PhaseLayout::for_conv(g) {
+            Some(layout) => Reading::Shifted(PhasePlanes::new(layout, x.bits(), g, x_zp as u8)),
+            None => Reading::Taps(Taps::new(g)),
         }
-        Reading::Taps(Taps::new(g))
+    }
+
+    /// The rows of the phase planes, for the readings that have them.
+    fn layout(&self) -> Option<&PhaseLayout> {
+        match self {
+            Reading::Shifted(planes) => Some(&planes.layout),
+            Reading::Lanes(planes) => Some(&planes.layout),
+            Reading::Image | Reading::Taps(_) => None,
+        }
     }
 
     /// The positions each image's products produce.
     fn columns(&self, g: &ConvGeom) -> usize {
-        match self {
-            Reading::Shifted(planes) => (g.output[0] - 1) * planes.layout.width + g.output[1],
-            _ => g.output.iter().product(),
+        match self.layout() {
+            Some(layout) => (g.output[0] - 1) * layout.width + g.output[1],
+            None => g.output.iter().product(),
         }
     }
 
     /// The output `y [n, m, out…]` of the products' values `wide` ([`Reading::columns`] per
-    /// channel): the columns of a shifted reading past each output row dropped.
+    /// channel): the columns of a phase plane's rows past the output's dropped.
     fn output<T: Copy + Default>(&self, wide: Vec<T>, g: &ConvGeom) -> Vec<T> {
-        let Reading::Shifted(planes) = self else {
+        let Some(layout) = self.layout() else {
             return wide;
         };
         let (oh, ow) = (g.output[0], g.output[1]);
         let cols = self.columns(g);
         let mut y = vec![T::default(); g.n * g.m * oh * ow];
         for (dst, src) in y.chunks_exact_mut(oh * ow).zip(wide.chunks_exact(cols)) {
-            for (row, from) in dst.chunks_exact_mut(ow).zip(src.chunks(planes.layout.width)) {
+            for (row, from) in dst.chunks_exact_mut(ow).zip(src.chunks(layout.width)) {
                 row.copy_from_slice(&from[..ow]);
             }
         }
         y
     }
+}
+
+/// Every image's channels as lanes of four (each group's channels padded to `channels`): lane `p`
+/// of a quad holds its four channels' codes at position `p` of their phase planes, XORed with the
+/// product's [`lane_mask`].
+struct LanePlanes {
+    layout: PhaseLayout,
+    lanes: Vec<u32>,
+    /// the lanes of one quad's phases
+    quad_len: usize,
+    /// quads per group
+    quads: usize,
+}
+
+impl LanePlanes {
+    /// The lanes of `codes`, every image's channels' phase planes (`quad_len` codes each) laid out
+    /// as `layout` says.
+    fn new(
+        layout: PhaseLayout,
+        codes: &[u8],
+        quad_len: usize,
+        g: &ConvGeom,
+        channels: usize,
+        mask: u32,
+    ) -> LanePlanes {
+        let (cg, quads) = (g.c / g.group.max(1), channels / 4);
+        // the channels past a group's own: any code, read by zero filter codes only
+        let filler = vec![0u8; quad_len];
+        let channel = |img: usize, grp: usize, ci: usize| -> &[u8] {
+            if ci < cg {
+                &codes[((img * g.c) + grp * cg + ci) * quad_len..][..quad_len]
+            } else {
+                &filler
+            }
+        };
+        let mut lanes = vec![0u32; g.n * g.group * quads * quad_len];
+        let quad = |(t, dst): (usize, &mut [u32])| {
+            let (img, grp, q) = (t / (g.group * quads), t / quads % g.group, t % quads);
+            let [c0, c1, c2, c3] = [0, 1, 2, 3].map(|i| channel(img, grp, 4 * q + i));
+            for (p, lane) in dst.iter_mut().enumerate() {
+                *lane = u32::from_le_bytes([c0[p], c1[p], c2[p], c3[p]]) ^ mask;
+            }
+        };
+        if quad_len > 0 {
+            if lanes.len() >= 1 << 15 {
+                lanes.par_chunks_mut(quad_len).enumerate().for_each(quad);
+            } else {
+                lanes.chunks_mut(quad_len).enumerate().for_each(quad);
+            }
+        }
+        LanePlanes {
+            layout,
+            lanes,
+            quad_len,
+            quads,
+        }
+    }
+}
+
+/// Whether convolution `g` is a 1×1 one with unit strides and no padding before: each output
+/// position reads the input position it is at.
+fn pointwise(g: &ConvGeom) -> bool {
+    g.strides.iter().all(|&s| s == 1)
+        && g.kernel.iter().all(|&k| k == 1)
+        && g.pad_begin.iter().all(|&p| p == 0)
 }
 
 /// The columns of the narrowest panel of any kernel, to compare panel counts with.
@@ -245,6 +409,18 @@ struct Phase {
 }
 
 impl PhaseLayout {
+    /// The layout of a 2-D convolution's phase planes, when reading them is worth it: their rows,
+    /// wider than the output's, add at most a quarter of tiles.
+    fn for_conv(g: &ConvGeom) -> Option<PhaseLayout> {
+        if g.input.len() != 2 || g.output.contains(&0) {
+            return None;
+        }
+        let layout = PhaseLayout::new(g);
+        let (oh, ow) = (g.output[0], g.output[1]);
+        let wide = ((oh - 1) * layout.width + ow).div_ceil(NR_ANY);
+        (4 * wide <= 5 * (oh * ow).div_ceil(NR_ANY)).then_some(layout)
+    }
+
     fn new(g: &ConvGeom) -> PhaseLayout {
         let (kh, kw) = (g.kernel[0], g.kernel[1]);
         let ([sh, sw], [dh, dw]) = ([g.strides[0], g.strides[1]], [g.dilations[0], g.dilations[1]]);
@@ -350,6 +526,11 @@ impl Im2col<'_> {
         parallel: bool,
     ) {
         let (in_size, k_size) = (self.in_size, self.k_size);
+        if let Reading::Lanes(planes) = &self.reading {
+            let right = self.lanes(planes, filters, img, grp, cols, parallel);
+            self.multiply(filters, &right, w_zp, dst, sink, parallel);
+            return;
+        }
         let rows = self.cg * k_size;
         let channel0 = img * self.c + grp * self.cg;
         // padding holds the zero point's code, so that it adds nothing once centred
@@ -375,13 +556,54 @@ impl Im2col<'_> {
                         let xc = &bits[channel * in_size..(channel + 1) * in_size];
                         taps.fill(kp, xc, pad, first, row);
                     }
+                    Reading::Lanes(_) => unreachable!("lanes are read whole, above"),
                 }
             },
         );
+        self.multiply(filters, &right, w_zp, dst, sink, parallel);
+    }
+
+    /// Image `img`'s group `grp` as the right operand of filters by tap, columns `cols`: k group
+    /// `g` is kernel position `g / quads`'s run of quad `g % quads`.
+    fn lanes(
+        &self,
+        planes: &LanePlanes,
+        filters: &PackedLeft,
+        img: usize,
+        grp: usize,
+        cols: std::ops::Range<usize>,
+        parallel: bool,
+    ) -> PackedRight {
+        let first_quad = (img * self.group + grp) * planes.quads;
+        PackedRight::from_lanes(
+            self.kernel,
+            self.k_size * planes.quads * 4,
+            cols.len(),
+            (self.x.signed(), filters.signed()),
+            parallel,
+            |g, part, dst| {
+                let (kp, q) = (g / planes.quads, g % planes.quads);
+                let at =
+                    (first_quad + q) * planes.quad_len + planes.layout.offsets[kp] + cols.start + part.start;
+                dst.copy_from_slice(&planes.lanes[at..][..part.len()]);
+            },
+        )
+    }
+
+    /// `filters × right` through `sink` into `dst`, on the pool's threads when `parallel`.
+    fn multiply<S: Sink>(
+        &self,
+        filters: &PackedLeft,
+        right: &PackedRight,
+        w_zp: &[i32],
+        dst: &mut [S::Out],
+        sink: &S,
+        parallel: bool,
+    ) {
         if parallel {
-            qgemm(filters, &right, w_zp, &[self.x_zp], sink, dst);
+            qgemm(filters, right, w_zp, &[self.x_zp], sink, dst);
         } else {
-            qgemm_one_thread(filters, &right, w_zp, &[self.x_zp], sink, dst);
+            qgemm_one_thread(filters, right, w_zp, &[self.x_zp], sink, dst);
         }
     }
 }

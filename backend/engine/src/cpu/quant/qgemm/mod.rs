@@ -118,6 +118,11 @@ impl<'a> Codes<'a> {
         }
     }
 
+    /// Codes stored as `bits`, INT8 when `signed` (their two's complement), else UINT8.
+    pub(crate) fn new(bits: &'a [u8], signed: bool) -> Codes<'a> {
+        Codes { bits, signed }
+    }
+
     /// Whether the codes are INT8.
     pub(crate) fn signed(&self) -> bool {
         self.signed
@@ -227,8 +232,27 @@ pub(crate) struct PackedRight {
     shift: i32,
     /// 4-byte lanes (one column's 4 k), stored as u32 so that a lane is written at once
     data: Vec<u32>,
-    /// the sum of each column's stored codes
+    /// the sum of each column's stored codes (zeros when not `column_sums`)
     sums: Vec<i32>,
+    /// whether `sums` were computed: only a left operand with a nonzero zero point reads them
+    column_sums: bool,
+}
+
+/// How a right operand's codes are stored for a left operand of type `left_signed`: the byte mask
+/// its codes are XORed with (0x80 flips the type when both have the same), and what that adds to
+/// the original codes.
+fn flip(signed: bool, left_signed: bool) -> (u8, i32) {
+    match (signed == left_signed, signed) {
+        (false, _) => (0, 0),
+        (true, true) => (0x80, 128),
+        (true, false) => (0x80, -128),
+    }
+}
+
+/// The mask a right operand's lanes of 4 codes of type `signed` are XORed with, for a left operand
+/// of type `left_signed` (what [`PackedRight::from_lanes`] expects its lanes to hold).
+pub(crate) fn lane_mask(signed: bool, left_signed: bool) -> u32 {
+    u32::from(flip(signed, left_signed).0) * 0x0101_0101
 }
 
 impl PackedRight {
@@ -246,12 +270,7 @@ impl PackedRight {
     ) -> PackedRight {
         let nr = kernel.nr();
         let panel_lanes = k.div_ceil(4) * nr;
-        let flip = signed == left_signed;
-        let (mask, shift) = match (flip, signed) {
-            (false, _) => (0u8, 0),
-            (true, true) => (0x80, 128),
-            (true, false) => (0x80, -128),
-        };
+        let (mask, shift) = flip(signed, left_signed);
         let read_signed = !left_signed;
         let col_panels = n.div_ceil(nr);
         let mut data = vec![0u32; col_panels * panel_lanes];
@@ -281,6 +300,47 @@ impl PackedRight {
             shift,
             data,
             sums,
+            column_sums: true,
+        }
+    }
+
+    /// A `[k × n]` operand of codes of type `signed` whose k groups are already lanes of 4 codes,
+    /// XORed with [`lane_mask`]: `lanes(g, cols, dst)` writes k group `g`'s lanes of columns `cols`
+    /// into `dst`. No column sums: only for a left operand whose zero points are all 0.
+    pub(crate) fn from_lanes(
+        kernel: QKernel,
+        k: usize,
+        n: usize,
+        (signed, left_signed): (bool, bool),
+        parallel: bool,
+        lanes: impl Fn(usize, std::ops::Range<usize>, &mut [u32]) + Sync,
+    ) -> PackedRight {
+        let (nr, groups) = (kernel.nr(), k.div_ceil(4));
+        let panel_lanes = groups * nr;
+        let col_panels = n.div_ceil(nr);
+        let mut data = vec![0u32; col_panels * panel_lanes];
+        // panel q's k groups, each its columns' lanes (zero past n)
+        let panel = |(q, data): (usize, &mut [u32])| {
+            let cols = q * nr..(q * nr + nr).min(n);
+            for (g, dst) in data.chunks_exact_mut(nr).enumerate() {
+                lanes(g, cols.clone(), &mut dst[..cols.len()]);
+            }
+        };
+        let threads = if parallel { rayon::current_num_threads() } else { 1 };
+        if threads > 1 && k * n >= PARALLEL_PACK_FROM && col_panels > 1 && panel_lanes > 0 {
+            data.par_chunks_mut(panel_lanes).enumerate().for_each(panel);
+        } else if panel_lanes > 0 {
+            data.chunks_mut(panel_lanes).enumerate().for_each(panel);
+        }
+        PackedRight {
+            kernel,
+            k,
+            n,
+            signed: !left_signed,
+            shift: flip(signed, left_signed).1,
+            data,
+            sums: vec![0; n],
+            column_sums: false,
         }
     }
 
@@ -508,6 +568,10 @@ fn product<S: Sink>(
     assert!(
         l.kernel == r.kernel && l.k == r.k && r.signed != l.signed,
         "qgemm: operands packed for different products"
+    );
+    assert!(
+        r.column_sums || zl.iter().all(|&z| z == 0),
+        "qgemm: a right operand without column sums needs left zero points of 0"
     );
     let (m, k, n) = (l.m, l.k, r.n);
     let c = &mut c[..m * n];

@@ -3,7 +3,7 @@
 
 use super::{Codes, PackedLeft, PackedRight, QKernel, Sink, Sums, qgemm};
 use crate::cpu::quant::igemm::{ConvGeom, centred, conv_i32, igemm};
-use crate::cpu::quant::qconv::{PackedFilters, conv_q};
+use crate::cpu::quant::qconv::{FilterOrder, PackedFilters, conv_q, filter_order};
 use crate::cpu::simd::all_available;
 
 /// Every kernel this CPU runs (none on a CPU without AVX2).
@@ -201,6 +201,7 @@ fn conv_q_split_into_strips_of_positions_matches_the_reference() {
 
 fn conv_q_matches(geoms: &[Geom]) {
     let mut rng = Rng(4242);
+    let mut by_tap = 0;
     for kernel in kernels() {
         for &(n, c, m, group, input, kernel_dims, strides, pads, dil) in geoms {
             let output: Vec<usize> = (0..2)
@@ -225,17 +226,25 @@ fn conv_q_matches(geoms: &[Geom]) {
                 let x_zp = rng.zero_points(sx, 1)[0];
                 // symmetric filters (every zero point 0) for the unsigned input, else one per filter
                 let w_zp = if sx { rng.zero_points(sw, m) } else { vec![0; m] };
-                let filters = PackedFilters::pack(kernel, codes(&w, sw), m, group);
-                let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g, &Sums);
                 let xv: Vec<i32> = x.iter().map(|&v| code(v, sx)).collect();
                 let wv: Vec<i32> = w.iter().map(|&v| code(v, sw)).collect();
                 let xc = centred(&xv, |_| x_zp);
                 let wc = centred(&wv, |i| w_zp[if w_zp.len() == 1 { 0 } else { i / per_filter }]);
                 let want = conv_i32(&xc, &wc, &g);
-                assert_eq!(y, want, "{kernel:?} {g:?}, x signed {sx}, w signed {sw}");
-                let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g, &Rows);
-                assert_eq!(y, want, "{kernel:?} {g:?} by rows, x signed {sx}, w signed {sw}");
+                // the filters by channel, and as a plan packs them (by tap when symmetric)
+                let symmetric = w_zp.iter().all(|&z| z == 0);
+                by_tap += usize::from(filter_order(&g, symmetric) != FilterOrder::ByChannel);
+                for filters in [
+                    PackedFilters::pack(kernel, codes(&w, sw), m, group),
+                    PackedFilters::for_conv(kernel, codes(&w, sw), &g, symmetric),
+                ] {
+                    let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g, &Sums).unwrap();
+                    assert_eq!(y, want, "{kernel:?} {g:?}, x signed {sx}, w signed {sw}");
+                    let y = conv_q(kernel, codes(&x, sx), x_zp, &filters, &w_zp, &g, &Rows).unwrap();
+                    assert_eq!(y, want, "{kernel:?} {g:?} by rows, x signed {sx}, w signed {sw}");
+                }
             }
         }
     }
+    assert!(by_tap > 0, "no geometry packed its filters by kernel position");
 }
