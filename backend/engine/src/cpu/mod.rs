@@ -190,19 +190,7 @@ fn prepare(
             if depthwise || sw.is_empty() || sw[0] % win.group.max(1) != 0 || sx.len() < 3 {
                 return Ok(None);
             }
-            let ns = sx.len() - 2;
-            let geom = crate::cpu::quant::igemm::ConvGeom {
-                n: sx[0],
-                c: sx[1],
-                m: sw[0],
-                group: win.group,
-                input: sx[2..].to_vec(),
-                kernel: sw[2..].to_vec(),
-                output: so[2..].to_vec(),
-                strides: win.strides.clone(),
-                pad_begin: win.pads[..ns.min(win.pads.len())].to_vec(),
-                dilations: win.dilations.clone(),
-            };
+            let geom = crate::cpu::quant::igemm::ConvGeom::of(win, sx, sw, &so[2..]);
             // the filters' zero points (input 3 of ConvInteger, 5 of QLinearConv): all 0 or absent
             let izp = if iw == 1 { 3 } else { 5 };
             let symmetric = match node.input(izp) {

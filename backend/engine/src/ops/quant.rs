@@ -863,20 +863,8 @@ fn conv_acc<S: Sink>(
 ) -> Result<Vec<S::Out>> {
     let (x, sx) = arg(ins, ix)?;
     let (w, sw) = arg(ins, iw)?;
-    let ns = sx.len() - 2;
     let (_, out) = conv_shape(win, sx, sw, "integer convolution")?;
-    let geom = ConvGeom {
-        n: sx[0],
-        c: sx[1],
-        m: sw[0],
-        group: win.group,
-        input: sx[2..].to_vec(),
-        kernel: sw[2..].to_vec(),
-        output: out[2..].to_vec(),
-        strides: win.strides.clone(),
-        pad_begin: win.pads[..ns].to_vec(),
-        dilations: win.dilations.clone(),
-    };
+    let geom = ConvGeom::of(win, sx, sw, &out[2..]);
     let zero_points = |i: usize| optional_ints(ins, i, "zero point");
     let (xz, wz) = (zero_points(ixz)?, zero_points(iwz)?);
     let x_zp = xz.as_ref().and_then(|z| z.first().copied()).unwrap_or(0);

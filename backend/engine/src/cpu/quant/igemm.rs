@@ -68,6 +68,26 @@ pub(crate) struct ConvGeom {
     pub(crate) dilations: Vec<usize>,
 }
 
+impl ConvGeom {
+    /// The geometry of a convolution with window `win` of `x` (shape `sx`, `[n, c, in…]`) by filters
+    /// of shape `sw` (`[m, c/group, kernel…]`) whose output's spatial dims are `out`.
+    pub(crate) fn of(win: &crate::ir::ConvWindow, sx: &[usize], sw: &[usize], out: &[usize]) -> ConvGeom {
+        let ns = sx.len().saturating_sub(2);
+        ConvGeom {
+            n: sx[0],
+            c: sx[1],
+            m: sw[0],
+            group: win.group,
+            input: sx[2..].to_vec(),
+            kernel: sw[2..].to_vec(),
+            output: out.to_vec(),
+            strides: win.strides.clone(),
+            pad_begin: win.pads[..ns.min(win.pads.len())].to_vec(),
+            dilations: win.dilations.clone(),
+        }
+    }
+}
+
 /// The integer convolution `y[n, m, out…]` of centred `x [n, c, in…]` and `w [m, c/group, kernel…]`
 /// (padding reads 0, i.e. the zero point before centring), by im2col and [`igemm`] per image and group.
 pub(crate) fn conv_i32(x: &[i16], w: &[i16], g: &ConvGeom) -> Vec<i32> {
