@@ -123,6 +123,9 @@ const STRIP_MIN: usize = 256;
 /// A batch runs its images on the pool's threads. Fewer images than threads split each image's
 /// output positions into strips, each packed and multiplied by one task: packing the im2col matrix
 /// is most of the work of a convolution with few filters (a network's first, K = 27).
+///
+/// Fails on filters packed by kernel position for a window read without phase planes (a caller
+/// that did not check [`PackedFilters::fits`]).
 pub(crate) fn conv_q<S: Sink>(
     kernel: QKernel,
     x: Codes<'_>,
