@@ -170,32 +170,19 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
             _ => c.input(n, i)?,
         });
     }
-    let mut nodes = Vec::new();
-    let mut push = |node: EwNode| {
-        nodes.push(node);
-        nodes.len() - 1
-    };
-    let real = |push: &mut dyn FnMut(EwNode) -> usize, [x, s, z]: [usize; 3]| {
-        let code = push(EwNode::Operand(x));
-        let code = push(EwNode::Cast(DType::F32, code));
-        let zero = push(EwNode::Operand(z));
-        let zero = push(EwNode::Cast(DType::F32, zero));
-        let centred = push(EwNode::Binary(expr::BinaryOp::Sub, code, zero));
-        let scale = push(EwNode::Operand(s));
-        push(EwNode::Binary(expr::BinaryOp::Mul, centred, scale))
-    };
-    let fa = real(&mut push, [0, 1, 2]);
-    let fb = real(&mut push, [3, 4, 5]);
-    let v = push(EwNode::Binary(ew_binary(bop), fa, fb));
-    let scale = push(EwNode::Operand(6));
-    let q = push(EwNode::Binary(expr::BinaryOp::Div, v, scale));
-    let q = push(EwNode::Unary(expr::UnaryOp::Round, q));
-    let zero = push(EwNode::Operand(7));
-    let zero = push(EwNode::Cast(DType::F32, zero));
-    let q = push(EwNode::Binary(expr::BinaryOp::Add, q, zero));
-    let q = push(EwNode::Unary(expr::UnaryOp::Clip(lo as f32, hi as f32), q));
     let out = c.dev_type(out_id)?;
-    push(EwNode::Cast(out, q));
+    let mut p = Program::default();
+    let fa = p.dequantized([0, 1, 2]);
+    let fb = p.dequantized([3, 4, 5]);
+    let v = p.push(EwNode::Binary(ew_binary(bop), fa, fb));
+    let scale = p.push(EwNode::Operand(6));
+    let q = p.push(EwNode::Binary(expr::BinaryOp::Div, v, scale));
+    let q = p.push(EwNode::Unary(expr::UnaryOp::Round, q));
+    let zero = p.real(7);
+    let q = p.push(EwNode::Binary(expr::BinaryOp::Add, q, zero));
+    let q = p.push(EwNode::Unary(expr::UnaryOp::Clip(lo as f32, hi as f32), q));
+    p.push(EwNode::Cast(out, q));
+    let nodes = p.nodes;
     let refs: Vec<&DTensor> = operands.iter().collect();
     let shape = c.out_shape(n, 0)?;
     let y = crate::wgpu::kernels::elementwise::elementwise(
@@ -207,4 +194,32 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
         &shape,
     )?;
     c.set(n, 0, y)
+}
+
+/// An element-wise program under construction: each node refers to earlier ones by index.
+#[derive(Default)]
+struct Program {
+    nodes: Vec<EwNode>,
+}
+
+impl Program {
+    /// Appends `node`; its index.
+    fn push(&mut self, node: EwNode) -> usize {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// Operand `i` (integer codes on the device) as FP32.
+    fn real(&mut self, i: usize) -> usize {
+        let v = self.push(EwNode::Operand(i));
+        self.push(EwNode::Cast(DType::F32, v))
+    }
+
+    /// DequantizeLinear of operands `[codes, scale, zero_point]`: `(code − zero_point) · scale`.
+    fn dequantized(&mut self, [x, s, z]: [usize; 3]) -> usize {
+        let (code, zero) = (self.real(x), self.real(z));
+        let centred = self.push(EwNode::Binary(expr::BinaryOp::Sub, code, zero));
+        let scale = self.push(EwNode::Operand(s));
+        self.push(EwNode::Binary(expr::BinaryOp::Mul, centred, scale))
+    }
 }

@@ -174,12 +174,8 @@ fn matched(g: &Graph, facts: &Facts, i: usize, min_codes: usize) -> Result<Optio
             Some(Input::New("bias", codes))
         }
     };
-    let zero_point = |z: Option<Tensor>, dtype: DataType, like: &Tensor| match z {
-        Some(z) => Ok(z),
-        None => Tensor::zeros(dtype, like.shape.clone()),
-    };
-    let x_zp = zero_point(dx.zero_point, x_dtype, &dx.scale)?;
-    let w_zp = zero_point(dw.zero_point, w_codes.dtype, &dw.scale)?;
+    let x_zp = input_zero_point(dx.zero_point, x_dtype, &dx.scale)?;
+    let w_zp = input_zero_point(dw.zero_point, w_codes.dtype, &dw.scale)?;
     let y_zp = output_zero_point(y_zp, y_dtype, "y_zero_point")?;
     dead.extend(private(g, facts, x, dx.node));
     if let Some(wdq) = private(g, facts, w, dw.node) {
@@ -245,17 +241,15 @@ fn matched_binary(g: &Graph, facts: &Facts, i: usize, op: BinaryOp, every: bool)
     let mut dead = vec![i, q.node];
     dead.extend(private(g, facts, a, da.node));
     dead.extend(private(g, facts, b, db.node));
-    let zero_point = |z: Option<Tensor>| match z {
-        Some(z) => Ok(z),
-        None => Tensor::zeros(q.dtype, Vec::new()),
-    };
+    let a_zp = input_zero_point(da.zero_point, q.dtype, &da.scale)?;
+    let b_zp = input_zero_point(db.zero_point, q.dtype, &db.scale)?;
     let inputs = vec![
         Input::Value(da.codes),
         Input::New("a_scale", da.scale),
-        Input::New("a_zero_point", zero_point(da.zero_point)?),
+        Input::New("a_zero_point", a_zp),
         Input::Value(db.codes),
         Input::New("b_scale", db.scale),
-        Input::New("b_zero_point", zero_point(db.zero_point)?),
+        Input::New("b_zero_point", b_zp),
         Input::New("c_scale", Tensor::scalar_f32(q.scale)),
         output_zero_point(q.zero_point, q.dtype, "c_zero_point")?,
     ];
@@ -320,6 +314,15 @@ fn quantized(g: &Graph, facts: &Facts, y: ValueId) -> Option<Quantized> {
         zero_point,
         dtype,
     })
+}
+
+/// A DequantizeLinear's zero point for the new node: its own, or zeros of `dtype` shaped as its
+/// `scale`.
+fn input_zero_point(z: Option<Tensor>, dtype: DataType, scale: &Tensor) -> Result<Tensor> {
+    match z {
+        Some(z) => Ok(z),
+        None => Tensor::zeros(dtype, scale.shape.clone()),
+    }
 }
 
 /// The output's zero point as an input of the new node: the QuantizeLinear's, or a zero of

@@ -3,10 +3,7 @@
 //! numbers of `QuantizeLinear(DequantizeLinear(a) ∘ DequantizeLinear(b))` (the float graph a QDQ
 //! model writes), without the two FP32 tensors in between.
 
-use rayon::prelude::*;
-
-use super::linear::{quantize_one, quotient, reciprocal, round_saturate};
-use crate::cpu::elementwise::PAR_MIN;
+use super::linear::{in_pieces, quantize_one, quotient, reciprocal, round_saturate};
 use crate::cpu::simd;
 
 /// The scales and zero points of one QLinearAdd or QLinearMul (all per tensor), the output's
@@ -26,13 +23,9 @@ pub(crate) struct BinaryCodes {
 pub(crate) fn qlinear_binary(a: &[u8], b: &[u8], p: &BinaryCodes) -> Vec<u8> {
     let mut c = vec![0u8; a.len().min(b.len())];
     let isa = simd::isa();
-    if c.len() >= PAR_MIN {
-        c.par_chunks_mut(PAR_MIN / 4)
-            .zip(a.par_chunks(PAR_MIN / 4).zip(b.par_chunks(PAR_MIN / 4)))
-            .for_each(|(c, (a, b))| binary_run(isa, a, b, c, p));
-    } else {
-        binary_run(isa, a, b, &mut c, p);
-    }
+    in_pieces(&mut c, |piece, c| {
+        binary_run(isa, &a[piece.clone()], &b[piece], c, p)
+    });
     c
 }
 

@@ -526,8 +526,9 @@ fn quantize_bytes(
     layout.runs(x.len(), |r, p, step| {
         if step == 0 {
             let (s, z) = (scale[p], zero_point.map_or(0, |z| z[p]));
-            in_pieces(&x[r.clone()], &mut y[r], |x, y| {
-                quantize_bytes_run(isa, x, y, s, z, range)
+            let x = &x[r.clone()];
+            in_pieces(&mut y[r], |piece, y| {
+                quantize_bytes_run(isa, &x[piece], y, s, z, range)
             });
             return;
         }
@@ -599,7 +600,8 @@ fn dequantize_from<T: Copy + Sync>(
     layout.runs(x.len(), |r, p, step| {
         if step == 0 {
             let (s, z) = (scale[p], zero_point.map_or(0, |z| z[p]));
-            in_pieces(&x[r.clone()], &mut y[r], |x, y| run(x, y, s, z));
+            let x = &x[r.clone()];
+            in_pieces(&mut y[r], |piece, y| run(&x[piece], y, s, z));
             return;
         }
         for (j, i) in r.enumerate() {
@@ -741,21 +743,23 @@ pub(crate) fn dynamic_quantize(x: &[f32]) -> (Vec<u8>, f32, u8) {
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
     let mut y = vec![0u8; x.len()];
-    in_pieces(x, &mut y, |x, y| {
-        quantize_bytes_run(isa, x, y, scale, zero_point, (0, 255))
+    in_pieces(&mut y, |piece, y| {
+        quantize_bytes_run(isa, &x[piece], y, scale, zero_point, (0, 255))
     });
     (y, scale, zero_point as u8)
 }
 
-/// `run` over matching pieces of `x` and `y`, on the pool's threads when they hold [`PAR_MIN`]
-/// values or more (the pieces of an element-wise loop are independent).
-fn in_pieces<A: Sync, B: Send>(x: &[A], y: &mut [B], run: impl Fn(&[A], &mut [B]) + Sync) {
-    if x.len() >= PAR_MIN {
-        y.par_chunks_mut(PAR_MIN / 4)
-            .zip(x.par_chunks(PAR_MIN / 4))
-            .for_each(|(y, x)| run(x, y));
+/// `run(range, piece)` over pieces of `y` (each with its range of indices, for the inputs' matching
+/// pieces), on the pool's threads when `y` holds [`PAR_MIN`] values or more (the pieces of an
+/// element-wise loop are independent).
+pub(super) fn in_pieces<T: Send>(y: &mut [T], run: impl Fn(Range<usize>, &mut [T]) + Sync) {
+    const PIECE: usize = PAR_MIN / 4;
+    if y.len() >= PAR_MIN {
+        y.par_chunks_mut(PIECE)
+            .enumerate()
+            .for_each(|(k, y)| run(k * PIECE..k * PIECE + y.len(), y));
     } else {
-        run(x, y);
+        run(0..y.len(), y);
     }
 }
 

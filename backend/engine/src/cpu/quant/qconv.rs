@@ -145,12 +145,8 @@ pub(crate) fn conv_q<S: Sink>(
                 ));
             };
             let mask = lane_mask(x.signed(), w.groups.first().is_some_and(PackedLeft::signed));
-            let PhasePlanes {
-                layout,
-                codes,
-                channel_len,
-            } = PhasePlanes::new(layout, x.bits(), g, x_zp as u8);
-            Reading::Lanes(LanePlanes::new(layout, &codes, channel_len, g, channels, mask))
+            let planes = PhasePlanes::new(layout, x.bits(), g, x_zp as u8);
+            Reading::Lanes(LanePlanes::new(planes, g, channels, mask))
         }
     };
     let src = Im2col {
@@ -349,16 +345,13 @@ struct LanePlanes {
 }
 
 impl LanePlanes {
-    /// The lanes of `codes`, every image's channels' phase planes (`quad_len` codes each) laid out
-    /// as `layout` says.
-    fn new(
-        layout: PhaseLayout,
-        codes: &[u8],
-        quad_len: usize,
-        g: &ConvGeom,
-        channels: usize,
-        mask: u32,
-    ) -> LanePlanes {
+    /// The lanes of every image's channels' phase `planes`.
+    fn new(planes: PhasePlanes, g: &ConvGeom, channels: usize, mask: u32) -> LanePlanes {
+        let PhasePlanes {
+            layout,
+            codes,
+            channel_len: quad_len,
+        } = planes;
         let (cg, quads) = (g.c / g.group.max(1), channels / 4);
         // the channels past a group's own: any code, read by zero filter codes only
         let filler = vec![0u8; quad_len];
@@ -528,18 +521,34 @@ impl Im2col<'_> {
         sink: &S,
         parallel: bool,
     ) {
-        let (in_size, k_size) = (self.in_size, self.k_size);
-        if let Reading::Lanes(planes) = &self.reading {
-            let right = self.lanes(planes, filters, img, grp, cols, parallel);
-            self.multiply(filters, &right, w_zp, dst, sink, parallel);
-            return;
+        let right = match &self.reading {
+            Reading::Lanes(planes) => self.lanes(planes, filters, img, grp, cols, parallel),
+            _ => self.rows(filters, img, grp, cols, parallel),
+        };
+        if parallel {
+            qgemm(filters, &right, w_zp, &[self.x_zp], sink, dst);
+        } else {
+            qgemm_one_thread(filters, &right, w_zp, &[self.x_zp], sink, dst);
         }
+    }
+
+    /// Image `img`'s group `grp` as the right operand of filters by channel, columns `cols`:
+    /// the im2col matrix's rows, each read as the reading says.
+    fn rows(
+        &self,
+        filters: &PackedLeft,
+        img: usize,
+        grp: usize,
+        cols: std::ops::Range<usize>,
+        parallel: bool,
+    ) -> PackedRight {
+        let (in_size, k_size) = (self.in_size, self.k_size);
         let rows = self.cg * k_size;
         let channel0 = img * self.c + grp * self.cg;
         // padding holds the zero point's code, so that it adds nothing once centred
         let pad = self.x_zp as u8;
         let bits = self.x.bits();
-        let right = PackedRight::pack_rows(
+        PackedRight::pack_rows(
             self.kernel,
             rows,
             cols.len(),
@@ -559,11 +568,10 @@ impl Im2col<'_> {
                         let xc = &bits[channel * in_size..(channel + 1) * in_size];
                         taps.fill(kp, xc, pad, first, row);
                     }
-                    Reading::Lanes(_) => unreachable!("lanes are read whole, above"),
+                    Reading::Lanes(_) => unreachable!("lanes are read by `Im2col::lanes`"),
                 }
             },
-        );
-        self.multiply(filters, &right, w_zp, dst, sink, parallel);
+        )
     }
 
     /// Image `img`'s group `grp` as the right operand of filters by tap, columns `cols`: k group
@@ -591,22 +599,5 @@ impl Im2col<'_> {
                 dst.copy_from_slice(&planes.lanes[at..][..part.len()]);
             },
         )
-    }
-
-    /// `filters × right` through `sink` into `dst`, on the pool's threads when `parallel`.
-    fn multiply<S: Sink>(
-        &self,
-        filters: &PackedLeft,
-        right: &PackedRight,
-        w_zp: &[i32],
-        dst: &mut [S::Out],
-        sink: &S,
-        parallel: bool,
-    ) {
-        if parallel {
-            qgemm(filters, right, w_zp, &[self.x_zp], sink, dst);
-        } else {
-            qgemm_one_thread(filters, right, w_zp, &[self.x_zp], sink, dst);
-        }
     }
 }

@@ -282,9 +282,8 @@ impl PackedRight {
             read_signed,
             row: &row,
         };
-        let threads = if parallel { rayon::current_num_threads() } else { 1 };
-        if threads > 1 && k * n >= PARALLEL_PACK_FROM && col_panels > 1 && panel_lanes > 0 {
-            let per = col_panels.div_ceil(2 * threads);
+        if packs_in_parallel(parallel, k, n, nr) && panel_lanes > 0 {
+            let per = col_panels.div_ceil(2 * rayon::current_num_threads());
             data.par_chunks_mut(per * panel_lanes)
                 .zip(sums.par_chunks_mut(per * nr))
                 .enumerate()
@@ -326,8 +325,7 @@ impl PackedRight {
                 lanes(g, cols.clone(), &mut dst[..cols.len()]);
             }
         };
-        let threads = if parallel { rayon::current_num_threads() } else { 1 };
-        if threads > 1 && k * n >= PARALLEL_PACK_FROM && col_panels > 1 && panel_lanes > 0 {
+        if packs_in_parallel(parallel, k, n, nr) && panel_lanes > 0 {
             data.par_chunks_mut(panel_lanes).enumerate().for_each(panel);
         } else if panel_lanes > 0 {
             data.chunks_mut(panel_lanes).enumerate().for_each(panel);
@@ -356,6 +354,13 @@ impl PackedRight {
             dst.copy_from_slice(&b.bits[p * n..][cols]);
         })
     }
+}
+
+/// Whether a `[k × n]` right operand in panels of `nr` columns is packed on the pool's threads:
+/// asked to (`parallel`), with several threads, [`PARALLEL_PACK_FROM`] codes or more and more
+/// than one panel.
+fn packs_in_parallel(parallel: bool, k: usize, n: usize, nr: usize) -> bool {
+    parallel && rayon::current_num_threads() > 1 && k * n >= PARALLEL_PACK_FROM && n > nr
 }
 
 /// How [`PackedRight::pack_rows`] packs a range of whole column panels.
@@ -663,14 +668,9 @@ fn block<S: Sink>(
     let isa = crate::cpu::simd::isa();
     if let Some(out) = S::in_place(rows) {
         panel_tiles(l, r, p, qs, |ii, jq, dots| {
-            correct_row(
-                isa,
-                fix,
-                p * mr + ii,
-                jq,
-                dots,
-                &mut out[ii * ld + jq - j0..][..dots.len()],
-            );
+            let sums = &mut out[ii * ld + jq - j0..][..dots.len()];
+            sums.copy_from_slice(dots);
+            correct_row(isa, fix, p * mr + ii, jq, sums);
         });
         return;
     }
@@ -692,7 +692,7 @@ fn block<S: Sink>(
                 // a symmetric row and one right zero point: a constant per row, which the sink adds
                 Some(shift) => sink.put_shifted(i, first, dots, shift, dst),
                 None => {
-                    correct_row_in_place(isa, fix, i, first, dots);
+                    correct_row(isa, fix, i, first, dots);
                     sink.put(i, first, dots, dst);
                 }
             }
@@ -764,67 +764,43 @@ impl Correction<'_> {
     }
 }
 
-/// Row `i`'s dot products `dots` for columns `jq…` with the zero-point terms applied, into `dst`:
-/// one addition per value where the right operand has one zero point and the row's is 0 (a
-/// symmetric weight's, the common case).
+/// Row `i`'s dot products `values` for columns `jq…` replaced by their sums, the zero-point terms
+/// applied: one addition per value where the right operand has one zero point and the row's is 0
+/// (a symmetric weight's, the common case).
 #[inline(always)]
-fn correct_row_body<const FMA: bool>(
-    fix: &Correction<'_>,
-    i: usize,
-    jq: usize,
-    dots: &[i32],
-    dst: &mut [i32],
-) {
-    let n = dst.len();
+fn correct_row_body<const FMA: bool>(fix: &Correction<'_>, i: usize, jq: usize, values: &mut [i32]) {
+    let n = values.len();
     let (zl, sl) = (fix.zl[i], fix.sl[i]);
-    let (u, dots) = (&fix.u[jq..jq + n], &dots[..n]);
+    let u = &fix.u[jq..jq + n];
     match fix.uniform_zr {
         Some(zr) => {
             let row = zr.wrapping_mul(sl).wrapping_neg();
             if zl == 0 {
-                for j in 0..n {
-                    dst[j] = dots[j].wrapping_add(row);
+                for v in values.iter_mut() {
+                    *v = v.wrapping_add(row);
                 }
             } else {
-                for j in 0..n {
-                    dst[j] = dots[j].wrapping_add(row).wrapping_add(zl.wrapping_mul(u[j]));
+                for (v, &u) in values.iter_mut().zip(u) {
+                    *v = v.wrapping_add(row).wrapping_add(zl.wrapping_mul(u));
                 }
             }
         }
         None => {
             let zr = &fix.zr[jq..jq + n];
-            for j in 0..n {
-                dst[j] = dots[j]
-                    .wrapping_sub(zr[j].wrapping_mul(sl))
-                    .wrapping_add(zl.wrapping_mul(u[j]));
+            for ((v, &z), &u) in values.iter_mut().zip(zr).zip(u) {
+                *v = v
+                    .wrapping_sub(z.wrapping_mul(sl))
+                    .wrapping_add(zl.wrapping_mul(u));
             }
         }
     }
-}
-
-/// [`correct_row_body`] with the dot products replaced by their sums.
-#[inline(always)]
-fn correct_row_in_place_body<const FMA: bool>(fix: &Correction<'_>, i: usize, jq: usize, values: &mut [i32]) {
-    let n = values.len();
-    let (zl, sl) = (fix.zl[i], fix.sl[i]);
-    let (zr, u) = (&fix.zr[jq..jq + n], &fix.u[jq..jq + n]);
-    for j in 0..n {
-        values[j] = values[j]
-            .wrapping_sub(zr[j].wrapping_mul(sl))
-            .wrapping_add(zl.wrapping_mul(u[j]));
-    }
-}
-
-multiversion! {
-    /// [`correct_row_in_place_body`] in vector lanes.
-    fn correct_row_in_place(fix: &Correction<'_>, i: usize, jq: usize, values: &mut [i32]) = correct_row_in_place_body;
 }
 
 multiversion! {
     /// [`correct_row_body`] compiled for AVX2 and AVX-512 too: the baseline target has no 32-bit
     /// vector multiply, and each product took a sequence of shuffles (the hottest loop of the
     /// integer convolutions).
-    fn correct_row(fix: &Correction<'_>, i: usize, jq: usize, dots: &[i32], dst: &mut [i32]) = correct_row_body;
+    fn correct_row(fix: &Correction<'_>, i: usize, jq: usize, values: &mut [i32]) = correct_row_body;
 }
 
 /// One tile of dot products, `MR` rows of `NR` in `out`, rows `ld` values apart.
