@@ -12,13 +12,15 @@
 //! depthwise convolutions stay float: their products are too narrow for the integer GEMM.
 //!
 //! By default only products whose weight holds [`LARGE_WEIGHT_CODES`] codes or more are rewritten,
-//! and the Adds and Muls between the codes of integer nodes:
-//! on those (a quantized ResNet-50's) the integer product is the faster, while on small ones (the
-//! zoo's `ocr_cls_qdq`, whose weights hold at most 10,000 codes) the float kernels between
-//! element-wise QuantizeLinear/DequantizeLinear are, and the float graph splits a batch into
-//! one-sample runs where the integer one cannot (figures in `docs/benchmarks.md`).
+//! convolutions doing [`WIDE_CONV_MACS`] multiply-adds per image or more whatever their weight, and
+//! the Adds and Muls between the codes of integer nodes: on those (a quantized ResNet-50's) the
+//! integer product is the faster, while on small ones (the zoo's `ocr_cls_qdq`, whose weights hold
+//! at most 10,000 codes and whose convolutions do at most 1.2 M multiply-adds) the float kernels
+//! between element-wise QuantizeLinear/DequantizeLinear are, and the float graph splits a batch
+//! into one-sample runs where the integer one cannot (figures in `docs/benchmarks.md`).
 //! `INFERGATE_QDQ_INTEGER=1` rewrites every product, `=0` none (read once per process).
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::error::Result;
@@ -28,6 +30,12 @@ use crate::tensor::{DataType, Tensor};
 
 /// The weight size (codes) from which a product is rewritten by default.
 pub(crate) const LARGE_WEIGHT_CODES: usize = 1 << 14;
+
+/// The multiply-adds per image from which a convolution is rewritten by default whatever its
+/// weight's size: a ResNet's stem (9,408 codes, 118 M) and its first 1×1 convolution (4,096
+/// codes, 12.8 M) run faster on the codes. Counted on the shapes the model takes at the probe
+/// sizes of its dynamic dims (the smaller count of the two).
+pub(crate) const WIDE_CONV_MACS: usize = 1 << 22;
 
 /// The rewrite of the products `INFERGATE_QDQ_INTEGER` selects (read once); see the module
 /// documentation.
@@ -48,8 +56,9 @@ pub(crate) fn qdq_to_qlinear(g: &mut Graph) -> Result<bool> {
 /// QLinearConv and QLinearMatMul, and the QDQ-wrapped Adds and Muls of integer nodes' codes (every
 /// one when `min_codes` is 0) as QLinearAdd and QLinearMul.
 pub(crate) fn rewrite_from(g: &mut Graph, min_codes: usize) -> Result<bool> {
+    let mut probes = Probes::default();
     sweep(g, |g, facts, i| {
-        let Some(rw) = matched(g, facts, i, min_codes)? else {
+        let Some(rw) = matched(g, facts, i, min_codes, &mut probes)? else {
             return Ok(None);
         };
         Ok(Some(apply(g, i, rw)))
@@ -82,7 +91,37 @@ struct Dq {
     zero_point: Option<Tensor>,
 }
 
-fn matched(g: &Graph, facts: &Facts, i: usize, min_codes: usize) -> Result<Option<Rewrite>> {
+/// The value shapes at the two probe sizes ([`crate::specialise::probe_shapes`]), inferred once a
+/// convolution's size is asked for; the rewrites keep the ids of the values they do not remove.
+#[derive(Default)]
+struct Probes(Option<Option<[HashMap<ValueId, Vec<usize>>; 2]>>);
+
+impl Probes {
+    /// The multiply-adds per image of a convolution with `weight_codes` codes writing `y`: the
+    /// smaller of the two probes' counts, 0 when a probe does not know `y`'s shape.
+    fn conv_macs(&mut self, g: &Graph, y: ValueId, weight_codes: usize) -> usize {
+        let probes = self.0.get_or_insert_with(|| crate::specialise::probe_shapes(g));
+        let Some(probes) = probes else {
+            return 0;
+        };
+        probes
+            .iter()
+            .map(|m| {
+                m.get(&y)
+                    .map_or(0, |s| weight_codes * s.iter().skip(2).product::<usize>())
+            })
+            .min()
+            .unwrap_or(0)
+    }
+}
+
+fn matched(
+    g: &Graph,
+    facts: &Facts,
+    i: usize,
+    min_codes: usize,
+    probes: &mut Probes,
+) -> Result<Option<Rewrite>> {
     let n = &g.nodes[i];
     if let Op::Binary(op @ (BinaryOp::Add | BinaryOp::Mul)) = n.op {
         return matched_binary(g, facts, i, op, min_codes == 0);
@@ -142,11 +181,10 @@ fn matched(g: &Graph, facts: &Facts, i: usize, min_codes: usize) -> Result<Optio
     let Some(w_codes) = constant_codes(g, facts, dw.codes)? else {
         return Ok(None);
     };
-    if !is_int8(w_codes.dtype)
-        || (!is_conv && w_codes.shape.len() != 2)
-        || w_codes.shape.len() < 2
-        || w_codes.len() < min_codes
-    {
+    if !is_int8(w_codes.dtype) || (!is_conv && w_codes.shape.len() != 2) || w_codes.shape.len() < 2 {
+        return Ok(None);
+    }
+    if w_codes.len() < min_codes && !(is_conv && probes.conv_macs(g, y, w_codes.len()) >= WIDE_CONV_MACS) {
         return Ok(None);
     }
     let channels = w_codes.shape[channel_axis];

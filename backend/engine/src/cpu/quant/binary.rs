@@ -3,7 +3,7 @@
 //! numbers of `QuantizeLinear(DequantizeLinear(a) ∘ DequantizeLinear(b))` (the float graph a QDQ
 //! model writes), without the two FP32 tensors in between.
 
-use super::linear::{in_pieces, quantize_one, quotient, reciprocal, round_saturate};
+use super::linear::{finite_quotient, in_pieces, quantize_one, reciprocal, round_clamped};
 use crate::cpu::simd;
 
 /// The scales and zero points of one QLinearAdd or QLinearMul (all per tensor), the output's
@@ -31,7 +31,7 @@ pub(crate) fn qlinear_binary(a: &[u8], b: &[u8], p: &BinaryCodes) -> Vec<u8> {
 
 simd::multiversion! {
     /// [`qlinear_binary`] on one piece, in vector lanes.
-    fn binary_run(a: &[u8], b: &[u8], c: &mut [u8], p: &BinaryCodes) = binary_lanes;
+    pub(crate) fn binary_run(a: &[u8], b: &[u8], c: &mut [u8], p: &BinaryCodes) = binary_lanes;
 }
 
 #[inline(always)]
@@ -58,18 +58,46 @@ fn codes<const FMA: bool>(
     let n = c.len();
     let (a, b) = (&a[..n], &b[..n]);
     // DequantizeLinear's `(v − zero_point) · scale` for each operand, then QuantizeLinear's code
-    match reciprocal(sc) {
-        Some(inv) if FMA => {
+    match reciprocal(sc).filter(|&inv| FMA && p.quotients_are_finite(inv)) {
+        Some(inv) => {
+            // every sum and quotient finite: no NaN or infinity to carry through the rounding
+            let (lo, hi) = ((p.range.0 - zc) as f32, (p.range.1 - zc) as f32);
             for i in 0..n {
                 let x = op((value(a[i]) - za) as f32 * sa, (value(b[i]) - zb) as f32 * sb);
-                c[i] = round_saturate(quotient(x, sc, inv), zc, p.range) as u8;
+                let q = finite_quotient(x, sc, inv);
+                // compare-and-select: `f32::max` and `min` would also test for NaN
+                let q = if q < lo {
+                    lo
+                } else if q > hi {
+                    hi
+                } else {
+                    q
+                };
+                c[i] = round_clamped(q, zc) as u8;
             }
         }
-        _ => {
+        None => {
             for i in 0..n {
                 let x = op((value(a[i]) - za) as f32 * sa, (value(b[i]) - zb) as f32 * sb);
                 c[i] = quantize_one(x, sc, zc, p.range) as u8;
             }
         }
+    }
+}
+
+impl BinaryCodes {
+    /// Whether every pair of codes gives a finite value and a finite quotient by the output's
+    /// scale through `inv` (its reciprocal): then the loop needs none of the NaN and infinity
+    /// handling that [`quantize_one`] does. Codes differ from their zero points by less than 2⁸,
+    /// so a sum is below 2⁹ times the larger scale and a product below 2¹⁶ times the scales'.
+    fn quotients_are_finite(&self, inv: f32) -> bool {
+        let (sa, sb) = (f64::from(self.a.0.abs()), f64::from(self.b.0.abs()));
+        let largest = if self.multiply {
+            65_536.0 * sa * sb
+        } else {
+            512.0 * sa.max(sb)
+        };
+        // a margin of 2²⁰ below f32's largest value
+        largest * f64::from(inv.abs()) < 2f64.powi(108) && largest < 2f64.powi(108)
     }
 }

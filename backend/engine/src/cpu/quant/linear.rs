@@ -183,7 +183,6 @@ pub(crate) fn quantize_dequantize_in_place<const FMA: bool>(
 /// saturate(round_half_even(v) + zero_point): [`quantize_one`] of the quotient `v = x / scale`.
 #[inline(always)]
 pub(super) fn round_saturate(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
-    const SHIFT: f32 = 12_582_912.0; // 1.5 · 2²³: the sum's unit in the last place is 1
     let (lo, hi) = ((lo - zero_point) as f32, (hi - zero_point) as f32);
     let v = if v < lo {
         lo
@@ -195,6 +194,14 @@ pub(super) fn round_saturate(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i
     } else {
         v
     };
+    round_clamped(v, zero_point)
+}
+
+/// `round_half_even(v) + zero_point` for a `v` already clamped to the range less the zero point
+/// (finite, below 2²² in magnitude): 1.5 · 2²³ added rounds it into the low bits of the sum.
+#[inline(always)]
+pub(super) fn round_clamped(v: f32, zero_point: i32) -> i32 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5 · 2²³: the sum's unit in the last place is 1
     ((v + SHIFT).to_bits() as i32 - SHIFT.to_bits() as i32) + zero_point
 }
 
@@ -218,9 +225,19 @@ pub(super) fn reciprocal(scale: f32) -> Option<f32> {
 #[inline(always)]
 pub(super) fn quotient(x: f32, scale: f32, inv: f32) -> f32 {
     let q = x * inv;
+    if q.is_infinite() {
+        q
+    } else {
+        finite_quotient(x, scale, inv)
+    }
+}
+
+/// [`quotient`] where the caller knows `x · inv` is finite.
+#[inline(always)]
+pub(super) fn finite_quotient(x: f32, scale: f32, inv: f32) -> f32 {
+    let q = x * inv;
     let r = (-q).mul_add(scale, x);
-    let q1 = r.mul_add(inv, q);
-    if q.is_infinite() { q } else { q1 }
+    r.mul_add(inv, q)
 }
 
 simd::multiversion! {

@@ -532,3 +532,50 @@ fn quantizing_without_a_division_gives_the_codes_of_the_division() {
     assert_eq!(reciprocal(1e-20), None);
     assert_eq!(reciprocal(3e38), None);
 }
+
+#[test]
+fn qlinear_add_and_mul_give_the_codes_of_the_float_graph_for_every_pair_on_every_instruction_set() {
+    use super::binary::{BinaryCodes, binary_run};
+    // every pair of codes, as bytes
+    let (a, b): (Vec<u8>, Vec<u8>) = (0..=255u8).flat_map(|x| (0..=255u8).map(move |y| (x, y))).unzip();
+    // ResNet-like scales; an output scale that saturates; scales whose products overflow f32 (the
+    // loop that carries infinities and NaN); an output scale without a usable reciprocal
+    let scale_sets = [
+        ((0.031, 3), (0.047, 120), (0.052, 7)),
+        ((0.5, 0), (0.25, 200), (1e-6, 128)),
+        ((3e30, 1), (2e30, 250), (1e-10, 0)),
+        ((0.1, 0), (0.1, 0), (1e-30, 0)),
+    ];
+    for ((sa, za), (sb, zb), (sc, zc)) in scale_sets {
+        for (multiply, signed) in [(false, false), (true, false), (false, true), (true, true)] {
+            let range = if signed { (-128, 127) } else { (0, 255) };
+            let shift = |z: i32| if signed { z - 128 } else { z };
+            let p = BinaryCodes {
+                multiply,
+                signed,
+                a: (sa, shift(za)),
+                b: (sb, shift(zb)),
+                c: (sc, shift(zc)),
+                range,
+            };
+            let value = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
+            let want: Vec<u8> = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| {
+                    let (x, y) = ((value(x) - p.a.1) as f32 * sa, (value(y) - p.b.1) as f32 * sb);
+                    let v = if multiply { x * y } else { x + y };
+                    let q = (v / sc).round_ties_even();
+                    let q = if q.is_nan() { 0.0 } else { q };
+                    ((q + p.c.1 as f32).clamp(range.0 as f32, range.1 as f32) as i32) as u8
+                })
+                .collect();
+            for isa in all_available() {
+                let mut got = vec![0u8; a.len()];
+                binary_run(isa, &a, &b, &mut got, &p);
+                let wrong = got.iter().zip(&want).position(|(g, w)| g != w);
+                assert_eq!(wrong, None, "{isa:?} {p:?}");
+            }
+        }
+    }
+}

@@ -159,8 +159,8 @@ fn chained_qdq_convs_all_become_qlinear_convs() {
 }
 
 #[test]
-fn by_default_only_products_with_large_weights_become_integer() {
-    use crate::passes::qdq::{LARGE_WEIGHT_CODES, rewrite_from};
+fn by_default_only_products_with_large_weights_or_wide_outputs_become_integer() {
+    use crate::passes::qdq::{LARGE_WEIGHT_CODES, WIDE_CONV_MACS, rewrite_from};
     let rewritten = |model: &[u8]| {
         let mut g = crate::onnx::load_graph(model, None).unwrap();
         rewrite_from(&mut g, LARGE_WEIGHT_CODES).unwrap()
@@ -169,6 +169,12 @@ fn by_default_only_products_with_large_weights_become_integer() {
     let w: Vec<f32> = (0..270).map(|i| ((i * 13) % 29) as f32 * 0.02 - 0.28).collect();
     let small = qdq_model("Conv", &[1, 5, 7, 6], &[6, 5, 3, 3], &w, 6, &[1, 6, 5, 4]);
     assert!(!rewritten(&small));
+    // the same weight over 128² positions (4.4 M multiply-adds, like a ResNet's stem): integer
+    let wide = qdq_model("Conv", &[1, 5, 130, 130], &[6, 5, 3, 3], &w, 6, &[1, 6, 128, 128]);
+    assert!(270 * 128 * 128 >= WIDE_CONV_MACS && 270 * 120 * 120 < WIDE_CONV_MACS);
+    assert!(rewritten(&wide));
+    let narrower = qdq_model("Conv", &[1, 5, 122, 122], &[6, 5, 3, 3], &w, 6, &[1, 6, 120, 120]);
+    assert!(!rewritten(&narrower));
     // 256 × 64 codes, the size of a ResNet's 1×1 convolutions: integer
     let (c, m) = (64, 256);
     assert_eq!(m * c, LARGE_WEIGHT_CODES);
