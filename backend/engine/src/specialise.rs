@@ -421,10 +421,13 @@ pub fn specialise(
 /// height must pool down to 1 (PP-OCRv4's accepts heights up to 80) refuses 96 and above.
 const PROBE_SIZES: [usize; 5] = [64, 96, 80, 128, 48];
 
+/// Every value's shape at each of the two probe sizes ([`probe_shapes`]).
+pub(crate) type ProbedShapes = [HashMap<ValueId, Vec<usize>>; 2];
+
 /// Concrete shapes of every value for two probe sizes of the dynamic input dims (the first two of
 /// [`PROBE_SIZES`] whose shape inference succeeds), or `None` when the graph has host inputs or fewer than two
 /// probes succeed. Passes use it to check shape conditions.
-pub(crate) fn probe_shapes(graph: &Graph) -> Option<[HashMap<ValueId, Vec<usize>>; 2]> {
+pub(crate) fn probe_shapes(graph: &Graph) -> Option<ProbedShapes> {
     if !host_inputs(graph).is_empty() {
         return None;
     }

@@ -107,7 +107,7 @@ impl PadPlane {
     /// `fresh == false`, `dst` already holds a copy made with the same layout and pad value, so
     /// only the values taken from the input are written.
     #[inline(always)]
-    pub(crate) fn fill(&self, src: &[f32], pad: f32, fresh: bool, dst: &mut [f32]) {
+    pub(crate) fn fill<T: Copy>(&self, src: &[T], pad: T, fresh: bool, dst: &mut [T]) {
         if fresh {
             dst.fill(pad);
         }

@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use crate::cpu::depthwise::{V, tap_offsets};
 use crate::cpu::padded::{PadPlane, Window};
-use crate::cpu::simd::multiversion;
+use crate::cpu::simd::{self, multiversion};
 
 /// Pooling geometry.
 pub(crate) struct PoolGeom<'a> {
@@ -23,52 +23,95 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
     }
 }
 
-/// 2-D max pooling without indices (the common case): padded planes with −∞ borders
-/// ([`PadPlane`]), vectors of outputs maxed over all taps.
-fn max_pool_2d(x: &[f32], planes: usize, g: &PoolGeom<'_>) -> Vec<f32> {
+/// A value max pooling compares; a padded plane's borders hold its lowest value, and `PLANE`
+/// pools one plane of them ([`max_plane_body`] compiled for each instruction set).
+pub(crate) trait PoolValue: Copy + PartialOrd + Send + Sync + 'static {
+    const LOWEST: Self;
+    const PLANE: PlaneFn<Self>;
+
+    /// A buffer of `n` values for the output (every one is written).
+    fn output(n: usize) -> Vec<Self> {
+        vec![Self::LOWEST; n]
+    }
+}
+
+impl PoolValue for f32 {
+    const LOWEST: f32 = f32::NEG_INFINITY;
+    const PLANE: PlaneFn<f32> = max_plane;
+
+    fn output(n: usize) -> Vec<f32> {
+        crate::cpu::arena::take(n)
+    }
+}
+
+impl PoolValue for u8 {
+    const LOWEST: u8 = 0;
+    const PLANE: PlaneFn<u8> = max_plane_u8;
+}
+
+impl PoolValue for i8 {
+    const LOWEST: i8 = i8::MIN;
+    const PLANE: PlaneFn<i8> = max_plane_i8;
+}
+
+/// One plane of a 2-D max pooling, compiled for an instruction set.
+pub(crate) type PlaneFn<T> = fn(simd::Isa, &Window, &PadPlane, &[usize], &[T], bool, &mut [T], &mut [T]);
+
+/// 2-D max pooling without indices (the common case): padded planes with borders of the lowest
+/// value ([`PadPlane`]), `L` outputs at a time maxed over all taps. `L` is the padding's slack.
+fn max_pool_2d<T: PoolValue, const L: usize>(x: &[T], planes: usize, g: &PoolGeom<'_>) -> Vec<T> {
     let win = Window::new(g.in_sp, g.out_sp, g.kernel, g.strides, g.dilations, g.pads);
     let (plane_in, plane_out) = (win.ih * win.iw, win.oh * win.ow);
-    // every element is written by `max_plane`
-    let mut out = crate::cpu::arena::take(planes * plane_out);
+    let mut out = T::output(planes * plane_out);
     if plane_out == 0 {
         return out;
     }
-    let pp = PadPlane::new(&win, V);
+    let pp = PadPlane::new(&win, L);
     let taps = tap_offsets(&pp, &win);
-    let isa = crate::cpu::simd::isa();
+    let isa = simd::isa();
     out.par_chunks_mut(plane_out)
         .enumerate()
         .for_each_init(Vec::new, |scratch, (p, dst)| {
             let fresh = scratch.len() != pp.len();
             if fresh {
-                scratch.resize(pp.len(), f32::NEG_INFINITY);
+                scratch.resize(pp.len(), T::LOWEST);
             }
             let src = &x[p * plane_in..(p + 1) * plane_in];
-            max_plane(isa, &win, &pp, &taps, src, fresh, scratch, dst);
+            T::PLANE(isa, &win, &pp, &taps, src, fresh, scratch, dst);
         });
     out
 }
 
+/// 2-D max pooling of 8-bit codes without indices (a quantized ResNet's after its stem): the
+/// f32 kernel's loop on the codes themselves, a vector of them at a time. `None` for other ranks.
+pub(crate) fn max_pool_codes<T: PoolValue>(x: &[T], planes: usize, g: &PoolGeom<'_>) -> Option<Vec<T>> {
+    (g.in_sp.len() == 2).then(|| max_pool_2d::<T, CODE_LANES>(x, planes, g))
+}
+
+/// Outputs of 8-bit codes maxed at a time: one AVX-512 vector.
+const CODE_LANES: usize = 64;
+
 #[inline(always)]
-fn max_plane_body<const FMA: bool>(
+#[allow(clippy::too_many_arguments)]
+fn max_plane_body<T: PoolValue, const L: usize>(
     win: &Window,
     pp: &PadPlane,
     taps: &[usize],
-    src: &[f32],
+    src: &[T],
     fresh: bool,
-    scratch: &mut [f32],
-    dst: &mut [f32],
+    scratch: &mut [T],
+    dst: &mut [T],
 ) {
-    pp.fill(src, f32::NEG_INFINITY, fresh, scratch);
+    pp.fill(src, T::LOWEST, fresh, scratch);
     let ow = win.ow;
     for oy in 0..win.oh {
         let drow = &mut dst[oy * ow..(oy + 1) * ow];
         let row0 = pp.row_offset(oy);
-        for ox0 in (0..ow).step_by(V) {
-            let mut best = [f32::NEG_INFINITY; V];
+        for ox0 in (0..ow).step_by(L) {
+            let mut best = [T::LOWEST; L];
             for &off in taps {
                 let base = row0 + ox0 + off;
-                let Some(s) = scratch.get(base..base + V) else {
+                let Some(s) = scratch.get(base..base + L) else {
                     continue;
                 };
                 // compare-and-select: `f32::max`'s NaN rule kept the loop lane by lane; a NaN
@@ -77,10 +120,52 @@ fn max_plane_body<const FMA: bool>(
                     *b = if s > *b { s } else { *b };
                 }
             }
-            let n = V.min(ow - ox0);
+            let n = L.min(ow - ox0);
             drow[ox0..ox0 + n].copy_from_slice(&best[..n]);
         }
     }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn max_plane_f32_body<const FMA: bool>(
+    win: &Window,
+    pp: &PadPlane,
+    taps: &[usize],
+    src: &[f32],
+    fresh: bool,
+    scratch: &mut [f32],
+    dst: &mut [f32],
+) {
+    max_plane_body::<f32, V>(win, pp, taps, src, fresh, scratch, dst);
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn max_plane_u8_body<const FMA: bool>(
+    win: &Window,
+    pp: &PadPlane,
+    taps: &[usize],
+    src: &[u8],
+    fresh: bool,
+    scratch: &mut [u8],
+    dst: &mut [u8],
+) {
+    max_plane_body::<u8, CODE_LANES>(win, pp, taps, src, fresh, scratch, dst);
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn max_plane_i8_body<const FMA: bool>(
+    win: &Window,
+    pp: &PadPlane,
+    taps: &[usize],
+    src: &[i8],
+    fresh: bool,
+    scratch: &mut [i8],
+    dst: &mut [i8],
+) {
+    max_plane_body::<i8, CODE_LANES>(win, pp, taps, src, fresh, scratch, dst);
 }
 
 multiversion! {
@@ -93,7 +178,33 @@ multiversion! {
         fresh: bool,
         scratch: &mut [f32],
         dst: &mut [f32],
-    ) = max_plane_body;
+    ) = max_plane_f32_body;
+}
+
+multiversion! {
+    #[allow(clippy::too_many_arguments)]
+    fn max_plane_u8(
+        win: &Window,
+        pp: &PadPlane,
+        taps: &[usize],
+        src: &[u8],
+        fresh: bool,
+        scratch: &mut [u8],
+        dst: &mut [u8],
+    ) = max_plane_u8_body;
+}
+
+multiversion! {
+    #[allow(clippy::too_many_arguments)]
+    fn max_plane_i8(
+        win: &Window,
+        pp: &PadPlane,
+        taps: &[usize],
+        src: &[i8],
+        fresh: bool,
+        scratch: &mut [i8],
+        dst: &mut [i8],
+    ) = max_plane_i8_body;
 }
 
 /// Max pooling; also returns flat indices into x (row-major, or column-major spatial when `col`).
@@ -105,7 +216,7 @@ pub(crate) fn max_pool(
     want_indices: bool,
 ) -> (Vec<f32>, Vec<i64>) {
     if g.in_sp.len() == 2 && !want_indices {
-        return (max_pool_2d(x, planes, g), Vec::new());
+        return (max_pool_2d::<f32, V>(x, planes, g), Vec::new());
     }
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
@@ -215,7 +326,7 @@ mod tests {
 
     /// The padded-plane 2-D max pooling against the general N-d loop (which also gives indices).
     #[test]
-    fn max_pooling_2d_matches_the_general_loop() {
+    fn max_pooling_2d_matches_the_general_loop_on_floats_and_on_codes() {
         // (h, w, kernel, strides, pads, dilations, output)
         type Case = (
             usize,
@@ -247,6 +358,41 @@ mod tests {
             let (fast, _) = max_pool(&x, 3, &g, false, false);
             let (general, _) = max_pool(&x, 3, &g, false, true);
             assert_eq!(fast, general, "{h}x{w} kernel {kernel:?} strides {strides:?}");
+            // 8-bit codes pooled as they are give the codes of the f32 pool, down to the lowest
+            let u: Vec<u8> = (0..3 * h * w).map(|i| ((i * 7919) % 256) as u8).collect();
+            let want: Vec<u8> = max_pool(
+                &u.iter().map(|&v| f32::from(v)).collect::<Vec<_>>(),
+                3,
+                &g,
+                false,
+                false,
+            )
+            .0
+            .iter()
+            .map(|&v| v as u8)
+            .collect();
+            assert_eq!(
+                max_pool_codes(&u, 3, &g),
+                Some(want),
+                "UINT8 {h}x{w} kernel {kernel:?}"
+            );
+            let i: Vec<i8> = u.iter().map(|&v| v as i8).collect();
+            let want: Vec<i8> = max_pool(
+                &i.iter().map(|&v| f32::from(v)).collect::<Vec<_>>(),
+                3,
+                &g,
+                false,
+                false,
+            )
+            .0
+            .iter()
+            .map(|&v| v as i8)
+            .collect();
+            assert_eq!(
+                max_pool_codes(&i, 3, &g),
+                Some(want),
+                "INT8 {h}x{w} kernel {kernel:?}"
+            );
         }
     }
 }

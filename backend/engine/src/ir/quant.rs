@@ -67,8 +67,9 @@ pub enum QuantOp {
     /// `[a, b, a_zero_point?, b_zero_point?]` → `[y]`: INT32 numpy matmul of (a - a_zero_point) and
     /// (b - b_zero_point); a's zero point is per-tensor or per-row, b's per-tensor or per-column.
     MatMulInteger,
-    /// `[a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point]` → `[y]`: the
-    /// integer matmul requantized to y's scale and zero point (y has a's dtype).
+    /// `[a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, bias?]` → `[y]`:
+    /// the integer matmul plus INT32 bias (one per column of b; not an ONNX input: the QDQ pass
+    /// writes a Gemm's C there), requantized to y's scale and zero point (y has a's dtype).
     QLinearMatMul,
     /// `[x, w, x_zero_point?, w_zero_point?]` → `[y]`: INT32 convolution of (x - x_zero_point) and
     /// (w - w_zero_point) (w's zero point per-tensor or per output channel); padding reads zero_point.

@@ -205,8 +205,20 @@ fn cpu(
                 pads,
                 dilations,
             };
+            let planes = sx[0] * sx[1];
+            // 8-bit codes (a QDQ model's, once the QDQ pass has taken the pair away) pooled as they are
+            if outs.len() == 1 {
+                let codes = match x {
+                    Buf::U8(v) => pool::max_pool_codes(v, planes, &g).map(Buf::U8),
+                    Buf::I8(v) => pool::max_pool_codes(v, planes, &g).map(Buf::I8),
+                    _ => None,
+                };
+                if let Some(y) = codes {
+                    return one(y);
+                }
+            }
             let xv = f32_of(x);
-            let (y, idx) = pool::max_pool(&xv, sx[0] * sx[1], &g, *storage_order_col, outs.len() > 1);
+            let (y, idx) = pool::max_pool(&xv, planes, &g, *storage_order_col, outs.len() > 1);
             let y = match x {
                 Buf::F32(_) | Buf::F16(_) | Buf::BF16(_) | Buf::F64(_) => back(x.dtype(), y),
                 Buf::U8(_) => Buf::U8(y.into_iter().map(|v| v as u8).collect()),

@@ -8,8 +8,8 @@
 use super::chain::Chain;
 use super::prelude::*;
 use crate::cpu::quant::igemm::{self, ConvGeom};
-use crate::cpu::quant::linear::Requantize;
 use crate::cpu::quant::linear::{self, Layout, int_buf, int_range, ints};
+use crate::cpu::quant::linear::{Bias, Requantize};
 use crate::cpu::quant::qconv::{PackedFilters, conv_q};
 use crate::cpu::quant::qdepthwise;
 use crate::cpu::quant::qgemm::{Codes, PackedLeft, PackedRight, QKernel, RowOffset, Sink, Sums, qgemm};
@@ -309,6 +309,15 @@ fn resolve(op: &Op, ins: &[Option<InVal<'_>>], _n_out: usize) -> Result<Resolved
             let yz = req(ins, 7, "y_zero_point")?;
             int8(yz, "QLinearMatMul y_zero_point")?;
             zero_point_shape(Some(yz), yz.dtype, &[], "QLinearMatMul y_zero_point", "")?;
+            // not an ONNX input: the QDQ pass's bias of a Gemm
+            if let Some(bias) = opt(ins, 8)
+                && (bias.dtype != DataType::I32 || bias.shape != [mm.n])
+            {
+                return Err(EngineError::invalid(format!(
+                    "QLinearMatMul bias is {} {:?}; it must be INT32 [{}] (one per column of b)",
+                    bias.dtype, bias.shape, mm.n
+                )));
+            }
             quant(q.clone(), vec![(yz.dtype, mm.out)])
         }
         QuantOp::ConvInteger(win) => {
@@ -663,14 +672,16 @@ fn cpu(
                 (0..rows).map(|i| a_scale[i % shape.m] / y_scale).collect()
             };
             let (zp, range) = (first_int(arg(ins, 7)?.0)?, int_range(out0.0)?);
+            let bias = optional_bias(ins)?;
+            let bias = bias.as_deref().map_or(Bias::None, Bias::Columns);
             let idx = [0, 3, 2, 5];
             Ok(vec![match out0.0 {
                 DataType::U8 => {
-                    let sink = Requantize::new(None, &row_mult, &b_scale, zp, range);
+                    let sink = Requantize::new(bias, &row_mult, &b_scale, zp, range);
                     Buf::U8(matmul_acc(ins, idx, prep, &sink)?.0)
                 }
                 DataType::I8 => {
-                    let sink = Requantize::new(None, &row_mult, &b_scale, zp, range);
+                    let sink = Requantize::new(bias, &row_mult, &b_scale, zp, range);
                     Buf::I8(matmul_acc(ins, idx, prep, &sink)?.0)
                 }
                 other => return Err(EngineError::internal(format!("QLinearMatMul writing {other}"))),
@@ -681,28 +692,33 @@ fn cpu(
             let x_scale = first_f32(arg(ins, 1)?.0)?;
             let (w_scale, m) = (f32_of(arg(ins, 4)?.0), arg(ins, 3)?.1[0]);
             let y_scale = first_f32(arg(ins, 6)?.0)?;
-            let bias = ins
-                .get(8)
-                .copied()
-                .flatten()
-                .map(|(b, _)| ints(b, "B"))
-                .transpose()?;
+            let bias = optional_bias(ins)?;
+            let bias = bias.as_deref().map_or(Bias::None, Bias::Rows);
             let row_mult: Vec<f32> = (0..m).map(|c| x_scale * per(&w_scale, c) / y_scale).collect();
             let (zp, range) = (first_int(arg(ins, 7)?.0)?, int_range(out0.0)?);
             let idx = [0, 3, 2, 5];
             Ok(vec![match out0.0 {
                 DataType::U8 => {
-                    let sink = Requantize::new(bias.as_deref(), &row_mult, &[1.0], zp, range);
+                    let sink = Requantize::new(bias, &row_mult, &[1.0], zp, range);
                     Buf::U8(conv_acc(ins, win, idx, prep, &sink)?)
                 }
                 DataType::I8 => {
-                    let sink = Requantize::new(bias.as_deref(), &row_mult, &[1.0], zp, range);
+                    let sink = Requantize::new(bias, &row_mult, &[1.0], zp, range);
                     Buf::I8(conv_acc(ins, win, idx, prep, &sink)?)
                 }
                 other => return Err(EngineError::internal(format!("QLinearConv writing {other}"))),
             }])
         }
     }
+}
+
+/// QLinearConv's and the QDQ pass's QLinearMatMul's INT32 bias (input 8), when given.
+fn optional_bias(ins: &[In<'_>]) -> Result<Option<Vec<i32>>> {
+    ins.get(8)
+        .copied()
+        .flatten()
+        .map(|(b, _)| ints(b, "B"))
+        .transpose()
 }
 
 /// Value `i` of a per-tensor or per-index parameter.
@@ -995,6 +1011,12 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
                     inner: 1,
                 };
                 let (y_scale, y_zp) = (c.input(n, 6)?, c.input(n, 7)?);
+                // the QDQ pass's bias (a Gemm's C), one per column
+                let bias = c.opt_input(n, 8)?;
+                let by_column = ScaleIndex {
+                    dim: shape.n,
+                    inner: 1,
+                };
                 acc = gpu_quant::requantize(
                     &mut c.b,
                     &name,
@@ -1003,7 +1025,7 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
                     (&b_scale, cols),
                     &y_scale,
                     &y_zp,
-                    None,
+                    bias.as_ref().map(|b| (b, by_column)),
                     range()?,
                 )?;
             }
@@ -1057,6 +1079,10 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
                 };
                 let (y_scale, y_zp) = (c.input(n, 6)?, c.input(n, 7)?);
                 let bias = c.opt_input(n, 8)?;
+                let by_channel = ScaleIndex {
+                    dim: g.out[1],
+                    inner: g.out[2] * g.out[3],
+                };
                 acc = gpu_quant::requantize(
                     &mut c.b,
                     &name,
@@ -1065,7 +1091,7 @@ fn wgpu(c: &mut Compiler<'_>, n: &Node) -> GpuResult<()> {
                     (&w_scale, per_channel),
                     &y_scale,
                     &y_zp,
-                    bias.as_ref(),
+                    bias.as_ref().map(|b| (b, by_channel)),
                     range()?,
                 )?;
             }

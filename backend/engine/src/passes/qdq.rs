@@ -3,9 +3,10 @@
 //! activation, become QLinearConv and QLinearMatMul on the codes, as onnxruntime runs
 //! `quantize_static`'s QDQ models; `Q(Add(DQ(a), DQ(b)))` and `Q(Mul(…))` of per-tensor codes of
 //! one type (a ResNet's residual adds) become QLinearAdd and QLinearMul, one pass over the codes
-//! with the float graph's numbers. A Conv's bias is kept when it is the DequantizeLinear of INT32
-//! codes (`quantize_static` writes them at scale `x_scale · w_scale`, zero point 0), whose codes
-//! QLinearConv adds before requantizing.
+//! with the float graph's numbers, and `Q(MaxPool(DQ(c)))` with one scale and zero point a MaxPool
+//! on the codes. A Conv's bias, and a Gemm's C (the Gemm becoming a QLinearMatMul with a bias), is
+//! kept when it is the DequantizeLinear of INT32 codes at scale `x_scale · w_scale` with zero point
+//! 0 (as `quantize_static` writes them), whose codes the integer node adds before requantizing.
 //!
 //! The pass runs before constant folding, which would otherwise turn the weight's DequantizeLinear
 //! (and the QuantizeLinear of a float weight before it) into a float constant. Grouped and
@@ -20,21 +21,23 @@
 //! into one-sample runs where the integer one cannot (figures in `docs/benchmarks.md`).
 //! `INFERGATE_QDQ_INTEGER=1` rewrites every product, `=0` none (read once per process).
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::error::Result;
 use crate::ir::{BinaryOp, ConvWindow, Graph, Node, Op, QuantOp, ValueId};
 use crate::passes::{Facts, fold, is_output, sweep};
+use crate::specialise::ProbedShapes;
 use crate::tensor::{DataType, Tensor};
 
 /// The weight size (codes) from which a product is rewritten by default.
 pub(crate) const LARGE_WEIGHT_CODES: usize = 1 << 14;
 
 /// The multiply-adds per image from which a convolution is rewritten by default whatever its
-/// weight's size: a ResNet's stem (9,408 codes, 118 M) and its first 1×1 convolution (4,096
-/// codes, 12.8 M) run faster on the codes. Counted on the shapes the model takes at the probe
-/// sizes of its dynamic dims (the smaller count of the two).
+/// weight's size: a ResNet's stem (9,408 codes) runs faster on the codes. Counted on the shapes the
+/// model takes at the probe sizes of its dynamic dims (the smaller count of the two), as the model
+/// is loaded before any request sets them: a stem of a ResNet with dynamic height and width does
+/// 9.6 M there, the zoo's `ocr_cls_qdq`'s largest convolution 0.4 M. (A ResNet's first 1×1
+/// convolution, 4,096 codes, does 1 M there and stays float.)
 pub(crate) const WIDE_CONV_MACS: usize = 1 << 22;
 
 /// The rewrite of the products `INFERGATE_QDQ_INTEGER` selects (read once); see the module
@@ -69,7 +72,7 @@ pub(crate) fn rewrite_from(g: &mut Graph, min_codes: usize) -> Result<bool> {
 /// QuantizeLinear's output; the `dead` nodes go.
 struct Rewrite {
     name: String,
-    op: QuantOp,
+    op: Op,
     inputs: Vec<Input>,
     output: ValueId,
     /// the codes' type, recorded on the output so that a product reading it matches in turn
@@ -94,7 +97,7 @@ struct Dq {
 /// The value shapes at the two probe sizes ([`crate::specialise::probe_shapes`]), inferred once a
 /// convolution's size is asked for; the rewrites keep the ids of the values they do not remove.
 #[derive(Default)]
-struct Probes(Option<Option<[HashMap<ValueId, Vec<usize>>; 2]>>);
+struct Probes(Option<Option<ProbedShapes>>);
 
 impl Probes {
     /// The multiply-adds per image of a convolution with `weight_codes` codes writing `y`: the
@@ -126,7 +129,10 @@ fn matched(
     if let Op::Binary(op @ (BinaryOp::Add | BinaryOp::Mul)) = n.op {
         return matched_binary(g, facts, i, op, min_codes == 0);
     }
-    let conv = match &n.op {
+    if matches!(n.op, Op::MaxPool { .. }) {
+        return matched_max_pool(g, facts, i, min_codes == 0);
+    }
+    let product = match &n.op {
         Op::Conv {
             kernel_shape,
             strides,
@@ -135,7 +141,7 @@ fn matched(
             group: 1,
             auto_pad,
             activation,
-        } if activation.is_empty() => Some(ConvWindow {
+        } if activation.is_empty() => Product::Conv(ConvWindow {
             kernel_shape: kernel_shape.clone(),
             strides: strides.clone(),
             pads: pads.clone(),
@@ -147,10 +153,17 @@ fn matched(
             trans_a: false,
             trans_b: false,
             epilogue,
-        } if epilogue.is_empty() => None,
+        } if epilogue.is_empty() => Product::MatMul { trans_b: false },
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_a: false,
+            trans_b,
+            epilogue,
+        } if epilogue.is_empty() && *alpha == 1.0 && *beta == 1.0 => Product::MatMul { trans_b: *trans_b },
         _ => return Ok(None),
     };
-    let is_conv = conv.is_some();
+    let is_conv = matches!(product, Product::Conv(_));
     let (Some(x), Some(w), Some(y)) = (n.input(0), n.input(1), n.output(0)) else {
         return Ok(None);
     };
@@ -173,8 +186,12 @@ fn matched(
     if dx.scale.len() != 1 || !is_int8(x_dtype) {
         return Ok(None);
     }
-    // the weight's channels: a Conv's output channels (axis 0), a MatMul's columns (axis 1 of 2)
-    let channel_axis = if is_conv { 0 } else { 1 };
+    // the weight's channels: a Conv's output channels (axis 0), a MatMul's columns (axis 1 of 2,
+    // or 0 of a Gemm's transposed weight)
+    let channel_axis = match product {
+        Product::Conv(_) | Product::MatMul { trans_b: true } => 0,
+        Product::MatMul { trans_b: false } => 1,
+    };
     let Some(dw) = dequantized(g, facts, w, Some(channel_axis))? else {
         return Ok(None);
     };
@@ -192,12 +209,16 @@ fn matched(
         return Ok(None);
     }
     let mut dead = vec![i, qi];
-    let bias = match n.input(2).filter(|_| is_conv) {
+    // a Conv's bias, a Gemm's C (a MatMul has none)
+    let bias = match n.input(2) {
         None => None,
         Some(b) => {
             let Some(db) = dequantized(g, facts, b, Some(0))? else {
                 return Ok(None);
             };
+            if !bias_scale_is_the_products(&db.scale, &dx.scale, &dw.scale, channels) {
+                return Ok(None);
+            }
             let Some(codes) = constant_codes(g, facts, db.codes)? else {
                 return Ok(None);
             };
@@ -226,9 +247,10 @@ fn matched(
             dead.push(p);
         }
     }
-    let op = match conv {
-        Some(win) => QuantOp::QLinearConv(win),
-        None => QuantOp::QLinearMatMul,
+    let (op, w_codes) = match product {
+        Product::Conv(win) => (QuantOp::QLinearConv(win), w_codes),
+        Product::MatMul { trans_b: false } => (QuantOp::QLinearMatMul, w_codes),
+        Product::MatMul { trans_b: true } => (QuantOp::QLinearMatMul, transposed(&w_codes)?),
     };
     let mut inputs = vec![
         Input::Value(dx.codes),
@@ -243,12 +265,54 @@ fn matched(
     inputs.extend(bias);
     Ok(Some(Rewrite {
         name: n.name.clone(),
-        op,
+        op: Op::Quant(op),
         inputs,
         output: qy,
         output_dtype: y_dtype,
         dead,
     }))
+}
+
+/// The product a match rewrites: a Conv, or a MatMul or Gemm (`trans_b`: its weight is [N, K]).
+enum Product {
+    Conv(ConvWindow),
+    MatMul { trans_b: bool },
+}
+
+/// Whether a bias dequantized with `bias_scale` is in the units of the integer product's sums, the
+/// input's scale times each channel's weight scale, as `quantize_static` writes it (the same FP32
+/// product): only then can its codes be added to the sums.
+fn bias_scale_is_the_products(
+    bias_scale: &Tensor,
+    x_scale: &Tensor,
+    w_scale: &Tensor,
+    channels: usize,
+) -> bool {
+    let (Ok(b), Ok(x), Ok(w)) = (
+        bias_scale.to_vec::<f32>(),
+        x_scale.to_vec::<f32>(),
+        w_scale.to_vec::<f32>(),
+    ) else {
+        return false;
+    };
+    let per = |v: &[f32], c: usize| if v.len() == 1 { v[0] } else { v[c] };
+    (b.len() == 1 || b.len() == channels)
+        && (0..channels).all(|c| {
+            let want = x[0] * per(&w, c);
+            (per(&b, c) - want).abs() <= want.abs() * 1e-6
+        })
+}
+
+/// A 2-D tensor of one-byte codes, transposed.
+fn transposed(t: &Tensor) -> Result<Tensor> {
+    let (rows, cols) = (t.shape[0], t.shape[1]);
+    let mut out = vec![0u8; rows * cols];
+    for (r, row) in t.data.chunks_exact(cols.max(1)).enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    Tensor::new(t.dtype, vec![cols, rows], out.into())
 }
 
 /// `Q(DQ(a) ∘ DQ(b))` for an Add or a Mul (node `i`) of per-tensor 8-bit codes of one type: a
@@ -293,8 +357,50 @@ fn matched_binary(g: &Graph, facts: &Facts, i: usize, op: BinaryOp, every: bool)
     ];
     Ok(Some(Rewrite {
         name: n.name.clone(),
-        op: QuantOp::QLinearBinary(op),
+        op: Op::Quant(QuantOp::QLinearBinary(op)),
         inputs,
+        output: q.codes,
+        output_dtype: q.dtype,
+        dead,
+    }))
+}
+
+/// `Q(MaxPool(DQ(c)))` (node `i`) where the QuantizeLinear has the DequantizeLinear's per-tensor
+/// scale, zero point and type: a MaxPool on the codes, which gives the same codes (dequantizing is
+/// increasing, and quantizing a dequantized code gives it back). Unless `every`, only where an
+/// integer node writes `c` (a ResNet's stem), as for the Adds.
+fn matched_max_pool(g: &Graph, facts: &Facts, i: usize, every: bool) -> Result<Option<Rewrite>> {
+    let n = &g.nodes[i];
+    if n.outputs.iter().skip(1).any(Option::is_some) {
+        return Ok(None);
+    }
+    let (Some(x), Some(y)) = (n.input(0), n.output(0)) else {
+        return Ok(None);
+    };
+    let (Some(q), Some(dx)) = (quantized(g, facts, y), dequantized(g, facts, x, None)?) else {
+        return Ok(None);
+    };
+    if !(every || integer_codes(g, facts, dx.codes)) {
+        return Ok(None);
+    }
+    let same_zero_point = match (&dx.zero_point, q.zero_point.and_then(|z| g.constants.get(&z))) {
+        (Some(a), Some(b)) => a.to_i64_vec().ok() == b.to_i64_vec().ok(),
+        (None, None) => true,
+        (Some(z), None) | (None, Some(z)) => z.to_i64_vec().is_ok_and(|v| v.iter().all(|&c| c == 0)),
+    };
+    let same_scale = dx
+        .scale
+        .to_vec::<f32>()
+        .is_ok_and(|s| s.len() == 1 && s[0] == q.scale && s[0] > 0.0);
+    if !(same_zero_point && same_scale) || code_dtype(g, facts, dx.codes) != Some(q.dtype) {
+        return Ok(None);
+    }
+    let mut dead = vec![i, q.node];
+    dead.extend(private(g, facts, x, dx.node));
+    Ok(Some(Rewrite {
+        name: n.name.clone(),
+        op: n.op.clone(),
+        inputs: vec![Input::Value(dx.codes)],
         output: q.codes,
         output_dtype: q.dtype,
         dead,
@@ -392,7 +498,7 @@ fn apply(g: &mut Graph, i: usize, rw: Rewrite) -> usize {
     g.values[rw.output.0].dtype = Some(rw.output_dtype);
     g.nodes[i] = Node {
         name: rw.name,
-        op: Op::Quant(rw.op),
+        op: rw.op,
         inputs,
         outputs: vec![Some(rw.output)],
     };

@@ -406,11 +406,21 @@ impl Code for i8 {
     }
 }
 
+/// The INT32 bias a requantization adds to the sums before scaling them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Bias<'a> {
+    None,
+    /// one per row of the product (a convolution's output channels)
+    Rows(&'a [i32]),
+    /// one per column (a matrix product's, the QDQ pass's Gemm bias)
+    Columns(&'a [i32]),
+}
+
 /// QLinearConv's and QLinearMatMul's output as a product's sink: row `i`, column `j`'s sum becomes
-/// the code of `(sum + bias[i]) · row_mult[i] · col_mult[j]` (each parameter one value or one per
+/// the code of `(sum + bias) · row_mult[i] · col_mult[j]` (each parameter one value or one per
 /// row / column), so the codes are written as the rows are finished.
 pub(crate) struct Requantize<'a, T> {
-    bias: Option<&'a [i32]>,
+    bias: Bias<'a>,
     row_mult: &'a [f32],
     col_mult: &'a [f32],
     zero_point: i32,
@@ -421,7 +431,7 @@ pub(crate) struct Requantize<'a, T> {
 
 impl<'a, T> Requantize<'a, T> {
     pub(crate) fn new(
-        bias: Option<&'a [i32]>,
+        bias: Bias<'a>,
         row_mult: &'a [f32],
         col_mult: &'a [f32],
         zero_point: i32,
@@ -456,18 +466,34 @@ impl<T: Code> Requantize<'_, T> {
     /// Row `i`'s codes for columns `j…` of `sums` that each fall `shift` short (wrapping).
     fn codes(&self, i: usize, j: usize, sums: &[i32], shift: i32, dst: &mut [T]) {
         let per = |v: &[f32], k: usize| if v.len() == 1 { v[0] } else { v[k] };
-        let bias = self.bias.map_or(0, |b| b[i]).wrapping_add(shift);
+        let bias = match self.bias {
+            Bias::Rows(b) => b[i],
+            Bias::None | Bias::Columns(_) => 0,
+        }
+        .wrapping_add(shift);
         let row = per(self.row_mult, i);
         let (zp, range) = (self.zero_point, self.range);
-        if self.col_mult.len() == 1 {
+        if self.col_mult.len() == 1 && !matches!(self.bias, Bias::Columns(_)) {
             T::requantize(self.isa, sums, dst, bias, &[row * self.col_mult[0]], zp, range);
             return;
         }
-        let mut mults = [0f32; 64];
+        // 64 columns at a time: their multipliers, and their sums with their bias
+        let (mut mults, mut biased) = ([0f32; 64], [0i32; 64]);
         for (at, (sums, dst)) in sums.chunks(64).zip(dst.chunks_mut(64)).enumerate() {
+            let first = j + at * 64;
+            let sums = match self.bias {
+                Bias::Columns(b) => {
+                    let biased = &mut biased[..sums.len()];
+                    for ((t, &s), &b) in biased.iter_mut().zip(sums).zip(&b[first..]) {
+                        *t = s.wrapping_add(b);
+                    }
+                    &*biased
+                }
+                Bias::None | Bias::Rows(_) => sums,
+            };
             let mults = &mut mults[..sums.len()];
-            for (m, &c) in mults.iter_mut().zip(&self.col_mult[j + at * 64..]) {
-                *m = row * c;
+            for (k, m) in mults.iter_mut().enumerate() {
+                *m = row * per(self.col_mult, first + k);
             }
             T::requantize(self.isa, sums, dst, bias, mults, zp, range);
         }

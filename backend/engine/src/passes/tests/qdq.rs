@@ -171,7 +171,7 @@ fn by_default_only_products_with_large_weights_or_wide_outputs_become_integer() 
     assert!(!rewritten(&small));
     // the same weight over 128² positions (4.4 M multiply-adds, like a ResNet's stem): integer
     let wide = qdq_model("Conv", &[1, 5, 130, 130], &[6, 5, 3, 3], &w, 6, &[1, 6, 128, 128]);
-    assert!(270 * 128 * 128 >= WIDE_CONV_MACS && 270 * 120 * 120 < WIDE_CONV_MACS);
+    const { assert!(270 * 128 * 128 >= WIDE_CONV_MACS && 270 * 120 * 120 < WIDE_CONV_MACS) };
     assert!(rewritten(&wide));
     let narrower = qdq_model("Conv", &[1, 5, 122, 122], &[6, 5, 3, 3], &w, 6, &[1, 6, 120, 120]);
     assert!(!rewritten(&narrower));
@@ -435,4 +435,178 @@ fn by_default_only_adds_of_integer_products_become_qlinear_adds() {
     let ops = ops_after(&model);
     assert!(ops.contains(&"QLinearAdd") && !ops.contains(&"Binary"), "{ops:?}");
     check(&model, &[1, c, 5, 5], "QLinearAdd");
+}
+
+/// `y = DQ(Q(Gemm(DQ(Q(x)), DQ(Q(w)), DQ(bias))))` with `transB = 1`, as `quantize_static`
+/// writes a classifier's head: w [n, k] per output channel, the bias INT32 codes at scale
+/// `sx · sw` per channel (`bias_scale_factor` scales that, to make it wrong), or w and the bias per
+/// tensor unless `per_channel`.
+fn qdq_gemm_model(k: usize, n: usize, rows: usize, bias_scale_factor: f32, per_channel: bool) -> Vec<u8> {
+    let w: Vec<f32> = (0..n * k).map(|i| ((i * 7) % 23) as f32 * 0.03 - 0.33).collect();
+    let channels = if per_channel { n } else { 1 };
+    let w_scale: Vec<f32> = (0..channels).map(|c| 0.01 + 0.005 * c as f32).collect();
+    let param_dims: &[i64] = if per_channel { &[n as i64] } else { &[] };
+    let sx = 0.05f32;
+    let bias_scale: Vec<f32> = w_scale.iter().map(|s| sx * s * bias_scale_factor).collect();
+    let bias: Vec<i32> = (0..n as i32).map(|c| (c - 3) * 97).collect();
+    let axis0 = || vec![super::int("axis", 0)];
+    let nodes = vec![
+        node("QuantizeLinear", &["x", "sx", "zx"], "xq", vec![]),
+        node("DequantizeLinear", &["xq", "sx", "zx"], "xd", vec![]),
+        node("QuantizeLinear", &["w", "sw", "zw"], "wq", axis0()),
+        node("DequantizeLinear", &["wq", "sw", "zw"], "wd", axis0()),
+        node("DequantizeLinear", &["b", "sb", "zb"], "bd", axis0()),
+        node("Gemm", &["xd", "wd", "bd"], "p", vec![super::int("transB", 1)]),
+        node("QuantizeLinear", &["p", "sy", "zy"], "pq", vec![]),
+        node("DequantizeLinear", &["pq", "sy", "zy"], "y", vec![]),
+    ];
+    let inits = vec![
+        init("w", &[n as i64, k as i64], &w),
+        init("sx", &[], &[sx]),
+        codes("zx", 2, &[], &[100]),
+        init("sw", param_dims, &w_scale),
+        codes("zw", 3, param_dims, &vec![0; channels]),
+        codes("b", 6, &[n as i64], &bias),
+        init("sb", param_dims, &bias_scale),
+        codes("zb", 6, param_dims, &vec![0; channels]),
+        init("sy", &[], &[0.1]),
+        codes("zy", 2, &[], &[120]),
+    ];
+    bytes(nodes, inits, &[rows as i64, k as i64], &[rows as i64, n as i64])
+}
+
+#[test]
+fn qdq_gemm_with_a_bias_becomes_qlinear_matmul_with_the_same_numbers_on_both_executors() {
+    let (k, n, rows) = (10, 7, 3);
+    for per_channel in [true, false] {
+        let model = qdq_gemm_model(k, n, rows, 1.0, per_channel);
+        check(&model, &[rows, k], "QLinearMatMul");
+        let mut g = crate::onnx::load_graph(&model, None).unwrap();
+        assert!(crate::passes::qdq::rewrite_from(&mut g, 0).unwrap());
+        let rewritten = Arc::new(Model::from_graph(g).unwrap());
+        assert!(!op_names(&rewritten).contains(&"Gemm"));
+        // the bias is one per column on wgpu too, whether the scale is one per column or one
+        let plain = Arc::new(Model::from_bytes(&model, None).unwrap());
+        let x = inputs(rows * k);
+        let want = run_cpu(&plain, vec![rows, k], x.clone()).to_vec::<f32>().unwrap();
+        let gpu = run_on(
+            ExecutorKind::Wgpu(AdapterChoice::Auto),
+            &rewritten,
+            vec![rows, k],
+            x,
+        )
+        .to_vec::<f32>()
+        .unwrap();
+        for (i, (g, w)) in gpu.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 0.1 + 1e-6,
+                "per channel {per_channel}: wgpu element {i}: {g} against {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bias_at_another_scale_than_the_products_keeps_the_float_product() {
+    // its codes added to the sums would be off by the factor
+    let model = qdq_gemm_model(10, 7, 3, 2.0, true);
+    let mut g = crate::onnx::load_graph(&model, None).unwrap();
+    crate::passes::qdq::rewrite_from(&mut g, 0).unwrap();
+    let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+    assert!(
+        ops.contains(&"Gemm") && !ops.contains(&"QLinearMatMul"),
+        "{ops:?}"
+    );
+}
+
+/// x → Q/DQ → Conv 3×3 (8 channels, INT8 per channel) → Q/DQ, then (when `pool`) MaxPool 3×3 / 2
+/// padded by 1 between QDQ pairs of the convolution's output scale and zero point: a ResNet's stem.
+fn qdq_stem_model(pool: bool) -> Vec<u8> {
+    let (c, m) = (3, 8);
+    let w: Vec<f32> = (0..m * c * 9)
+        .map(|i| ((i * 13) % 29) as f32 * 0.02 - 0.28)
+        .collect();
+    let per_channel = || vec![super::int("axis", 0)];
+    let mut nodes = vec![
+        node("QuantizeLinear", &["x", "sx", "zx"], "xq", vec![]),
+        node("DequantizeLinear", &["xq", "sx", "zx"], "xd", vec![]),
+        node("QuantizeLinear", &["w", "sw", "zw"], "wq", per_channel()),
+        node("DequantizeLinear", &["wq", "sw", "zw"], "wd", per_channel()),
+        node(
+            "Conv",
+            &["xd", "wd"],
+            "a",
+            vec![super::ints("pads", &[1, 1, 1, 1])],
+        ),
+        node("QuantizeLinear", &["a", "sa", "za"], "aq", vec![]),
+    ];
+    let out = if pool {
+        let window = vec![
+            super::ints("kernel_shape", &[3, 3]),
+            super::ints("strides", &[2, 2]),
+            super::ints("pads", &[1, 1, 1, 1]),
+        ];
+        nodes.extend([
+            node("DequantizeLinear", &["aq", "sa", "za"], "ad", vec![]),
+            node("MaxPool", &["ad"], "p", window),
+            node("QuantizeLinear", &["p", "sa", "za"], "pq", vec![]),
+            node("DequantizeLinear", &["pq", "sa", "za"], "y", vec![]),
+        ]);
+        [1, m as i64, 7, 6]
+    } else {
+        nodes.push(node("DequantizeLinear", &["aq", "sa", "za"], "y", vec![]));
+        [1, m as i64, 13, 11]
+    };
+    let inits = vec![
+        init("w", &[m as i64, c as i64, 3, 3], &w),
+        init("sx", &[], &[0.05]),
+        codes("zx", 2, &[], &[100]),
+        init("sw", &[m as i64], &vec![0.02; m]),
+        codes("zw", 3, &[m as i64], &vec![0; m]),
+        init("sa", &[], &[0.04]),
+        codes("za", 2, &[], &[90]),
+    ];
+    bytes(nodes, inits, &[1, c as i64, 13, 11], &out)
+}
+
+#[test]
+fn a_max_pool_between_pairs_of_one_scale_pools_the_codes_on_both_executors() {
+    let rewritten = |model: &[u8]| {
+        let mut g = crate::onnx::load_graph(model, None).unwrap();
+        assert!(crate::passes::qdq::rewrite_from(&mut g, 0).unwrap());
+        Arc::new(Model::from_graph(g).unwrap())
+    };
+    let (stem, pooled) = (
+        rewritten(&qdq_stem_model(false)),
+        rewritten(&qdq_stem_model(true)),
+    );
+    let ops = op_names(&pooled);
+    assert!(ops.contains(&"MaxPool"), "{ops:?}");
+    assert_eq!(
+        ops.iter().filter(|&&o| o == "DequantizeLinear").count(),
+        1,
+        "{ops:?}"
+    );
+    let shape = vec![1, 3, 13, 11];
+    let x = inputs(3 * 13 * 11);
+    for kind in [ExecutorKind::Cpu, ExecutorKind::Wgpu(AdapterChoice::Auto)] {
+        // the pool of the convolution's values, from the model without it: −∞ outside the plane
+        let conv = run_on(kind.clone(), &stem, shape.clone(), x.clone())
+            .to_vec::<f32>()
+            .unwrap();
+        let got = run_on(kind.clone(), &pooled, shape.clone(), x.clone())
+            .to_vec::<f32>()
+            .unwrap();
+        for (i, &g) in got.iter().enumerate() {
+            let (ch, oy, ox) = (i / 42, i % 42 / 6, i % 6);
+            let mut want = f32::NEG_INFINITY;
+            for (ky, kx) in (0..3).flat_map(|ky| (0..3).map(move |kx| (ky, kx))) {
+                let (iy, ix) = ((2 * oy + ky) as isize - 1, (2 * ox + kx) as isize - 1);
+                if (0..13).contains(&iy) && (0..11).contains(&ix) {
+                    want = want.max(conv[ch * 143 + iy as usize * 11 + ix as usize]);
+                }
+            }
+            assert_eq!(g, want, "{kind:?} element {i}");
+        }
+    }
 }

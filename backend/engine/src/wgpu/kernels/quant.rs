@@ -275,7 +275,8 @@ pub(crate) struct ScaleIndex {
     pub(crate) inner: usize,
 }
 
-/// QLinearMatMul/QLinearConv's output: `clamp(round((acc + bias) · s1 · s2 / y_scale) + y_zp, range)`.
+/// QLinearMatMul/QLinearConv's output: `clamp(round((acc + bias) · s1 · s2 / y_scale) + y_zp, range)`,
+/// the bias indexed on its own (one per output channel while the scale may be one per tensor).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn requantize(
     b: &mut PlanBuilder,
@@ -285,7 +286,7 @@ pub(crate) fn requantize(
     s2: (&DTensor, ScaleIndex),
     y_scale: &DTensor,
     y_zp: &DTensor,
-    bias: Option<&DTensor>,
+    bias: Option<(&DTensor, ScaleIndex)>,
     range: (i32, i32),
 ) -> GpuResult<DTensor> {
     if s1.0.dtype != s2.0.dtype || s1.0.dtype != y_scale.dtype {
@@ -295,11 +296,11 @@ pub(crate) fn requantize(
     }
     let y = b.temp(name, DType::I32, &acc.shape)?;
     let zeros;
-    let bias_t = match bias {
+    let (bias_t, bias_index) = match bias {
         Some(t) => t,
         None => {
             zeros = b.constant_i32(&format!("{name}#nobias"), &[1], &[0])?;
-            &zeros
+            (&zeros, ScaleIndex { dim: 1, inner: 1 })
         }
     };
     let params = Params::new()
@@ -309,7 +310,12 @@ pub(crate) fn requantize(
             s1.1.inner as u32,
             u32::from(bias.is_some()),
         ])
-        .u4([s2.1.dim as u32, s2.1.inner as u32, 0, 0])
+        .u4([
+            s2.1.dim as u32,
+            s2.1.inner as u32,
+            bias_index.dim as u32,
+            bias_index.inner as u32,
+        ])
         .i4([range.0, range.1, 0, 0]);
     b.dispatch(
         &Template::new("requantize", WGSL_REQUANTIZE)

@@ -1,14 +1,14 @@
 // The requantization of QLinearMatMul and QLinearConv: y = clamp(round((acc + bias) * s1 * s2 / ys) + y_zp,
 // lo, hi), the multiplier computed in f32 as onnxruntime does ((s1 * s2) / ys). s1 is indexed by
-// (i / inner1) % dim1 (a's row, or x's single scale), s2 and bias by (i / inner2) % dim2 (b's column or
-// the output channel); a dim of 1 means per-tensor.
+// (i / inner1) % dim1 (a's row, or x's single scale), s2 by (i / inner2) % dim2 (b's column or the output
+// channel), bias by (i / inner3) % dim3 (the same, but never per-tensor); a dim of 1 means per-tensor.
 
 alias TS = f32;
 
 struct Params {
     // x: elements, y: dim1, z: inner1, w: has bias (1)
     n: vec4<u32>,
-    // x: dim2, y: inner2
+    // x: dim2, y: inner2, z: dim3, w: inner3
     m: vec4<u32>,
     // x: lo, y: hi
     r: vec4<i32>,
@@ -35,7 +35,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let k2 = (i / p.m.y) % p.m.x;
     var v = acc[i];
     if (p.n.w == 1u) {
-        v = v + bias[k2];
+        v = v + bias[(i / p.m.w) % p.m.z];
     }
     let mult = (f32(s1[k1]) * f32(s2[k2])) / f32(ys[0]);
     let q = round(f32(v) * mult) + f32(y_zp[0]);
