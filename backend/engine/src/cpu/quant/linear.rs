@@ -299,6 +299,32 @@ fn requantize_lanes<T: Code>(
     zero_point: i32,
     range: (i32, i32),
 ) {
+    // an INT32 sum times a finite multiplier below 2⁹⁰ is finite: no NaN or infinity to round
+    if mult.iter().all(|m| m.abs() < 1.237_94e27) {
+        let (lo, hi) = ((range.0 - zero_point) as f32, (range.1 - zero_point) as f32);
+        let code = |v: i32, m: f32| {
+            let q = v.wrapping_add(bias) as f32 * m;
+            // compare-and-select: `f32::max` and `min` would also test for NaN
+            let q = if q < lo {
+                lo
+            } else if q > hi {
+                hi
+            } else {
+                q
+            };
+            T::of(round_clamped(q, zero_point))
+        };
+        if let [m] = mult {
+            for (o, &v) in y.iter_mut().zip(acc) {
+                *o = code(v, *m);
+            }
+        } else {
+            for ((o, &v), &m) in y.iter_mut().zip(acc).zip(mult) {
+                *o = code(v, m);
+            }
+        }
+        return;
+    }
     let code = |v: i32, m: f32| {
         T::of(quantize_one(
             v.wrapping_add(bias) as f32 * m,

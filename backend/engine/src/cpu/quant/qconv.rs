@@ -7,12 +7,13 @@
 //! operand is a run of lanes of four channels' codes, interleaved once per image
 //! ([`LanePlanes`]) rather than once per kernel position.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::igemm::{ConvGeom, Taps};
 use super::qgemm::{
     Codes, PackedLeft, PackedRight, QKernel, RowOffset, Sink, lane_mask, qgemm, qgemm_one_thread,
-    write_columns,
 };
 use crate::cpu::padded::strided_copy;
 use crate::error::{EngineError, Result};
@@ -163,11 +164,11 @@ pub(crate) fn conv_q<S: Sink>(
     // the positions each image's products produce: the output's, or the wider rows of a shifted
     // reading (dropped after)
     let cols = src.reading.columns(g);
-    let mut y = vec![S::Out::default(); g.n * g.m * cols];
     let image_len = (g.m * cols).max(1);
     let threads = rayon::current_num_threads();
     let strips = strip_count(cols, kernel.nr(), threads);
     if g.n >= threads || strips == 1 {
+        let mut y = vec![S::Out::default(); g.n * g.m * cols];
         // whole images, on the pool's threads when there are several (each image's products
         // inside one task), else one image after another with products that may spread
         let images_parallel = g.n > 1 && threads > 1;
@@ -189,7 +190,8 @@ pub(crate) fn conv_q<S: Sink>(
         }
         return Ok(src.reading.output(y, g));
     }
-    // strips of positions: each task's products into a block of its own, copied into y after
+    // strips of positions: each task's products into a block of its own, whose rows are copied
+    // into the output after (only its positions, where the reading's rows are wider)
     let per = cols.div_ceil(strips).next_multiple_of(kernel.nr());
     let tasks: Vec<(usize, usize, usize)> = (0..g.n)
         .flat_map(|img| (0..w.groups.len()).map(move |grp| (img, grp)))
@@ -209,11 +211,35 @@ pub(crate) fn conv_q<S: Sink>(
             block
         })
         .collect();
-    for (&(img, grp, first), block) in tasks.iter().zip(&blocks) {
-        let group_out = &mut y[img * image_len + grp * mg * cols..][..mg * cols];
-        write_columns(group_out, cols, first, block, mg);
+    // the tasks are image by image, group by group, strip by strip: one group's strips in a row
+    let group_strips = cols.div_ceil(per);
+    let mut y = Vec::with_capacity(g.n * g.m * g.output.iter().product::<usize>());
+    for strips in blocks.chunks_exact(group_strips.max(1)) {
+        for row in 0..mg {
+            src.reading
+                .for_each_run(g, |run| extend_from_strips(&mut y, strips, (row, mg), per, run));
+        }
     }
-    Ok(src.reading.output(y, g))
+    Ok(y)
+}
+
+/// Appends positions `run` of row `row` of a product of `rows` rows split into `strips` (blocks of
+/// `per` positions each, the last narrower; each block's rows one after another) to `y`.
+fn extend_from_strips<T: Copy>(
+    y: &mut Vec<T>,
+    strips: &[Vec<T>],
+    (row, rows): (usize, usize),
+    per: usize,
+    run: Range<usize>,
+) {
+    let mut at = run.start;
+    while at < run.end {
+        let (block, first) = (&strips[at / per], at / per * per);
+        let end = run.end.min(first + per);
+        let width = block.len() / rows;
+        y.extend_from_slice(&block[row * width + at - first..row * width + end - first]);
+        at = end;
+    }
 }
 
 /// How many strips of positions one image's products split into over `threads` threads: one
@@ -316,19 +342,30 @@ impl Reading {
 
     /// The output `y [n, m, out…]` of the products' values `wide` ([`Reading::columns`] per
     /// channel): the columns of a phase plane's rows past the output's dropped.
-    fn output<T: Copy + Default>(&self, wide: Vec<T>, g: &ConvGeom) -> Vec<T> {
-        let Some(layout) = self.layout() else {
+    fn output<T: Copy>(&self, wide: Vec<T>, g: &ConvGeom) -> Vec<T> {
+        if self.layout().is_none() {
             return wide;
-        };
-        let (oh, ow) = (g.output[0], g.output[1]);
+        }
         let cols = self.columns(g);
-        let mut y = vec![T::default(); g.n * g.m * oh * ow];
-        for (dst, src) in y.chunks_exact_mut(oh * ow).zip(wide.chunks_exact(cols)) {
-            for (row, from) in dst.chunks_exact_mut(ow).zip(src.chunks(layout.width)) {
-                row.copy_from_slice(&from[..ow]);
-            }
+        let mut y = Vec::with_capacity(g.n * g.m * g.output.iter().product::<usize>());
+        for channel in wide.chunks_exact(cols.max(1)) {
+            self.for_each_run(g, |run| y.extend_from_slice(&channel[run]));
         }
         y
+    }
+
+    /// Calls `run` with each run of an output channel's [`Reading::columns`] that are output
+    /// positions, in order: the whole when the reading's rows are the output's, else each row's
+    /// first positions.
+    fn for_each_run(&self, g: &ConvGeom, mut run: impl FnMut(Range<usize>)) {
+        match self.layout() {
+            Some(layout) => {
+                for oy in 0..g.output[0] {
+                    run(oy * layout.width..oy * layout.width + g.output[1]);
+                }
+            }
+            None => run(0..self.columns(g)),
+        }
     }
 }
 

@@ -579,3 +579,57 @@ fn qlinear_add_and_mul_give_the_codes_of_the_float_graph_for_every_pair_on_every
         }
     }
 }
+
+#[test]
+fn requantizing_sums_gives_the_codes_of_the_definition_on_every_instruction_set() {
+    use super::linear::Code;
+    // sums around ties and both ends of the range, and past the f32 mantissa
+    let mut acc: Vec<i32> = (-3000..3000).map(|v| v * 7).collect();
+    acc.extend([i32::MAX, i32::MIN, 1 << 24, (1 << 24) + 1, -(1 << 24) - 3]);
+    // one multiplier, one per sum; multipliers past 2⁹⁰ (the loop that carries infinities), NaN
+    let per_sum: Vec<f32> = (0..acc.len()).map(|i| 0.001 + (i % 13) as f32 * 0.0125).collect();
+    let huge: Vec<f32> = (0..acc.len())
+        .map(|i| if i % 2 == 0 { 3e30 } else { 0.5 })
+        .collect();
+    let cases: [(&[f32], i32); 5] = [
+        (&[0.0125], 0),
+        (&[0.5], -37),
+        (&per_sum, 11),
+        (&huge, 5),
+        (&[f32::NAN], 0),
+    ];
+    for (mult, bias) in cases {
+        for (zp, range) in [(128, (0, 255)), (-3, (-128, 127))] {
+            let want: Vec<i32> = acc
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let m = if mult.len() == 1 { mult[0] } else { mult[i] };
+                    let q = (v.wrapping_add(bias) as f32 * m).round_ties_even();
+                    // NaN gives the code 0, as onnxruntime's conversion does
+                    if q.is_nan() {
+                        return 0;
+                    }
+                    (q + zp as f32).clamp(range.0 as f32, range.1 as f32) as i32
+                })
+                .collect();
+            for isa in all_available() {
+                if range.0 == 0 {
+                    let mut y = vec![0u8; acc.len()];
+                    u8::requantize(isa, &acc, &mut y, bias, mult, zp, range);
+                    let wrong = y.iter().zip(&want).position(|(&c, &w)| i32::from(c) != w);
+                    assert_eq!(
+                        wrong, None,
+                        "{isa:?} UINT8, multiplier {:?}, bias {bias}",
+                        mult[0]
+                    );
+                } else {
+                    let mut y = vec![0i8; acc.len()];
+                    i8::requantize(isa, &acc, &mut y, bias, mult, zp, range);
+                    let wrong = y.iter().zip(&want).position(|(&c, &w)| i32::from(c) != w);
+                    assert_eq!(wrong, None, "{isa:?} INT8, multiplier {:?}, bias {bias}", mult[0]);
+                }
+            }
+        }
+    }
+}
