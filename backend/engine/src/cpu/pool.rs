@@ -126,86 +126,42 @@ fn max_plane_body<T: PoolValue, const L: usize>(
     }
 }
 
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn max_plane_f32_body<const FMA: bool>(
-    win: &Window,
-    pp: &PadPlane,
-    taps: &[usize],
-    src: &[f32],
-    fresh: bool,
-    scratch: &mut [f32],
-    dst: &mut [f32],
-) {
-    max_plane_body::<f32, V>(win, pp, taps, src, fresh, scratch, dst);
+/// `fn $name(isa, …)`: [`max_plane_body`] on `$t` values, `$lanes` outputs at a time, compiled for
+/// each instruction set (through `$body`, the form [`multiversion!`] takes).
+macro_rules! max_plane_of {
+    ($name:ident, $body:ident, $t:ty, $lanes:expr) => {
+        #[inline(always)]
+        #[allow(clippy::too_many_arguments)]
+        fn $body<const FMA: bool>(
+            win: &Window,
+            pp: &PadPlane,
+            taps: &[usize],
+            src: &[$t],
+            fresh: bool,
+            scratch: &mut [$t],
+            dst: &mut [$t],
+        ) {
+            max_plane_body::<$t, { $lanes }>(win, pp, taps, src, fresh, scratch, dst);
+        }
+
+        multiversion! {
+            #[allow(clippy::too_many_arguments)]
+            fn $name(
+                win: &Window,
+                pp: &PadPlane,
+                taps: &[usize],
+                src: &[$t],
+                fresh: bool,
+                scratch: &mut [$t],
+                dst: &mut [$t],
+            ) = $body;
+        }
+    };
 }
 
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn max_plane_u8_body<const FMA: bool>(
-    win: &Window,
-    pp: &PadPlane,
-    taps: &[usize],
-    src: &[u8],
-    fresh: bool,
-    scratch: &mut [u8],
-    dst: &mut [u8],
-) {
-    max_plane_body::<u8, CODE_LANES>(win, pp, taps, src, fresh, scratch, dst);
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn max_plane_i8_body<const FMA: bool>(
-    win: &Window,
-    pp: &PadPlane,
-    taps: &[usize],
-    src: &[i8],
-    fresh: bool,
-    scratch: &mut [i8],
-    dst: &mut [i8],
-) {
-    max_plane_body::<i8, CODE_LANES>(win, pp, taps, src, fresh, scratch, dst);
-}
-
-multiversion! {
-    #[allow(clippy::too_many_arguments)]
-    fn max_plane(
-        win: &Window,
-        pp: &PadPlane,
-        taps: &[usize],
-        src: &[f32],
-        fresh: bool,
-        scratch: &mut [f32],
-        dst: &mut [f32],
-    ) = max_plane_f32_body;
-}
-
-multiversion! {
-    #[allow(clippy::too_many_arguments)]
-    fn max_plane_u8(
-        win: &Window,
-        pp: &PadPlane,
-        taps: &[usize],
-        src: &[u8],
-        fresh: bool,
-        scratch: &mut [u8],
-        dst: &mut [u8],
-    ) = max_plane_u8_body;
-}
-
-multiversion! {
-    #[allow(clippy::too_many_arguments)]
-    fn max_plane_i8(
-        win: &Window,
-        pp: &PadPlane,
-        taps: &[usize],
-        src: &[i8],
-        fresh: bool,
-        scratch: &mut [i8],
-        dst: &mut [i8],
-    ) = max_plane_i8_body;
-}
+max_plane_of!(max_plane, max_plane_f32, f32, V);
+max_plane_of!(max_plane_u8, max_plane_u8_body, u8, CODE_LANES);
+max_plane_of!(max_plane_i8, max_plane_i8_body, i8, CODE_LANES);
 
 /// Max pooling; also returns flat indices into x (row-major, or column-major spatial when `col`).
 pub(crate) fn max_pool(
@@ -360,37 +316,18 @@ mod tests {
             assert_eq!(fast, general, "{h}x{w} kernel {kernel:?} strides {strides:?}");
             // 8-bit codes pooled as they are give the codes of the f32 pool, down to the lowest
             let u: Vec<u8> = (0..3 * h * w).map(|i| ((i * 7919) % 256) as u8).collect();
-            let want: Vec<u8> = max_pool(
-                &u.iter().map(|&v| f32::from(v)).collect::<Vec<_>>(),
-                3,
-                &g,
-                false,
-                false,
-            )
-            .0
-            .iter()
-            .map(|&v| v as u8)
-            .collect();
+            let i: Vec<i8> = u.iter().map(|&v| v as i8).collect();
+            let as_f32 = |v: Vec<f32>| max_pool(&v, 3, &g, false, false).0;
+            let want_u = as_f32(u.iter().map(|&v| f32::from(v)).collect());
+            let want_i = as_f32(i.iter().map(|&v| f32::from(v)).collect());
             assert_eq!(
                 max_pool_codes(&u, 3, &g),
-                Some(want),
+                Some(want_u.iter().map(|&v| v as u8).collect()),
                 "UINT8 {h}x{w} kernel {kernel:?}"
             );
-            let i: Vec<i8> = u.iter().map(|&v| v as i8).collect();
-            let want: Vec<i8> = max_pool(
-                &i.iter().map(|&v| f32::from(v)).collect::<Vec<_>>(),
-                3,
-                &g,
-                false,
-                false,
-            )
-            .0
-            .iter()
-            .map(|&v| v as i8)
-            .collect();
             assert_eq!(
                 max_pool_codes(&i, 3, &g),
-                Some(want),
+                Some(want_i.iter().map(|&v| v as i8).collect()),
                 "INT8 {h}x{w} kernel {kernel:?}"
             );
         }
