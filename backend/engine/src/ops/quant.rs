@@ -55,6 +55,13 @@ fn convert(
         },
         "DynamicQuantizeLinear" => QuantOp::DynamicQuantizeLinear,
         "MatMulInteger" => QuantOp::MatMulInteger,
+        // the IR op's ninth input (a bias) is the QDQ pass's, not ONNX's
+        "QLinearMatMul" if inputs.len() > 8 => {
+            return Err(EngineError::invalid(format!(
+                "QLinearMatMul takes 8 inputs; '{name}' has {}: remove the inputs after y_zero_point",
+                inputs.len()
+            )));
+        }
         "QLinearMatMul" => QuantOp::QLinearMatMul,
         "ConvInteger" => QuantOp::ConvInteger(conv_window(a)?),
         "QLinearConv" => QuantOp::QLinearConv(conv_window(a)?),

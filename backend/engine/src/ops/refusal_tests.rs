@@ -274,3 +274,21 @@ fn dynamic_quantize_lstm_with_computed_scales_names_the_input() {
     ]);
     assert_names(&e, &["DynamicQuantizeLSTM", "input R_scale (10)", "initializers"]);
 }
+
+#[test]
+fn qlinear_matmul_with_a_ninth_input_is_refused_naming_the_count() {
+    // the IR's QLinearMatMul reads a bias there; an ONNX node must not reach it
+    let inputs = ["x", "s", "z", "x", "s", "z", "s", "z", "x"];
+    let mm = node("QLinearMatMul", &inputs, "y", vec![]);
+    let z = TensorProto {
+        name: "z".into(),
+        data_type: 2,
+        int32_data: vec![0],
+        ..Default::default()
+    };
+    let e = load_error(13, vec![mm], vec![init("s", &[], &[0.5]), z]);
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    for p in ["QLinearMatMul", "8 inputs", "has 9"] {
+        assert!(e.to_string().contains(p), "'{p}' missing from: {e}");
+    }
+}
