@@ -151,6 +151,19 @@ pub(crate) fn replace_uses(g: &mut Graph, from: ValueId, to: ValueId) {
     }
 }
 
+/// Whether two optional inputs hold one parameter: the same value, or constants of equal bytes.
+pub(crate) fn same_parameter(g: &Graph, a: Option<ValueId>, b: Option<ValueId>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) if a == b => true,
+        (Some(a), Some(b)) => match (g.constants.get(&a), g.constants.get(&b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// True when `v` is a graph output.
 pub(crate) fn is_output(g: &Graph, v: ValueId) -> bool {
     g.outputs.contains(&v)

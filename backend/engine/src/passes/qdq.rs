@@ -16,7 +16,7 @@
 //! convolutions doing [`WIDE_CONV_MACS`] multiply-adds per image or more whatever their weight, and
 //! the Adds and Muls between the codes of integer nodes: on those (a quantized ResNet-50's) the
 //! integer product is the faster, while on small ones (the zoo's `ocr_cls_qdq`, whose weights hold
-//! at most 10,000 codes and whose convolutions do at most 1.2 M multiply-adds) the float kernels
+//! at most 10,000 codes and whose convolutions do at most 1.2 M multiply-adds on its 48 × 192 images) the float kernels
 //! between element-wise QuantizeLinear/DequantizeLinear are, and the float graph splits a batch
 //! into one-sample runs where the integer one cannot (figures in `docs/benchmarks.md`).
 //! `INFERGATE_QDQ_INTEGER=1` rewrites every product, `=0` none (read once per process).
@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use crate::error::Result;
 use crate::ir::{BinaryOp, ConvWindow, Graph, Node, Op, QuantOp, ValueId};
-use crate::passes::{Facts, fold, is_output, sweep};
+use crate::passes::{Facts, fold, is_output, same_parameter, sweep};
 use crate::specialise::ProbedShapes;
 use crate::tensor::{DataType, Tensor};
 
@@ -383,16 +383,11 @@ fn matched_max_pool(g: &Graph, facts: &Facts, i: usize, every: bool) -> Result<O
     if !(every || integer_codes(g, facts, dx.codes)) {
         return Ok(None);
     }
-    let same_zero_point = match (&dx.zero_point, q.zero_point.and_then(|z| g.constants.get(&z))) {
-        (Some(a), Some(b)) => a.to_i64_vec().ok() == b.to_i64_vec().ok(),
-        (None, None) => true,
-        (Some(z), None) | (None, Some(z)) => z.to_i64_vec().is_ok_and(|v| v.iter().all(|&c| c == 0)),
-    };
-    let same_scale = dx
-        .scale
-        .to_vec::<f32>()
-        .is_ok_and(|s| s.len() == 1 && s[0] == q.scale && s[0] > 0.0);
-    if !(same_zero_point && same_scale) || code_dtype(g, facts, dx.codes) != Some(q.dtype) {
+    // one scale and zero point; a positive scale, so that dequantizing is increasing
+    let (qn, dqn) = (&g.nodes[q.node], &g.nodes[dx.node]);
+    let same_parameters =
+        same_parameter(g, qn.input(1), dqn.input(1)) && same_parameter(g, qn.input(2), dqn.input(2));
+    if !same_parameters || q.scale <= 0.0 || code_dtype(g, facts, dx.codes) != Some(q.dtype) {
         return Ok(None);
     }
     let mut dead = vec![i, q.node];

@@ -13,7 +13,7 @@
 use crate::cpu::quant::linear::int_range;
 use crate::error::Result;
 use crate::ir::{Graph, Op, QuantOp, UnaryOp, ValueId};
-use crate::passes::{Facts, is_output, scalar, sweep};
+use crate::passes::{Facts, is_output, same_parameter, scalar, sweep};
 use crate::tensor::DataType;
 
 /// Every DequantizeLinear of a QuantizeLinear's codes, FP32 in and out, with the same scale and zero
@@ -116,17 +116,4 @@ fn matched(g: &Graph, facts: &Facts, i: usize) -> Option<Fused> {
             None => vec![q.input(0), q.input(1)],
         },
     })
-}
-
-/// Whether two optional inputs hold one parameter: the same value, or constants of equal bytes.
-fn same_parameter(g: &Graph, a: Option<ValueId>, b: Option<ValueId>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) if a == b => true,
-        (Some(a), Some(b)) => match (g.constants.get(&a), g.constants.get(&b)) {
-            (Some(x), Some(y)) => x == y,
-            _ => false,
-        },
-        _ => false,
-    }
 }

@@ -3,7 +3,7 @@
 //! numbers of `QuantizeLinear(DequantizeLinear(a) ∘ DequantizeLinear(b))` (the float graph a QDQ
 //! model writes), without the two FP32 tensors in between.
 
-use super::linear::{finite_quotient, in_pieces, quantize_one, reciprocal, round_clamped};
+use super::linear::{finite_quotient, in_pieces, quantize_one, reciprocal, round_saturate_finite};
 use crate::cpu::simd;
 
 /// The scales and zero points of one QLinearAdd or QLinearMul (all per tensor), the output's
@@ -61,19 +61,9 @@ fn codes<const FMA: bool>(
     match reciprocal(sc).filter(|&inv| FMA && p.quotients_are_finite(inv)) {
         Some(inv) => {
             // every sum and quotient finite: no NaN or infinity to carry through the rounding
-            let (lo, hi) = ((p.range.0 - zc) as f32, (p.range.1 - zc) as f32);
             for i in 0..n {
                 let x = op((value(a[i]) - za) as f32 * sa, (value(b[i]) - zb) as f32 * sb);
-                let q = finite_quotient(x, sc, inv);
-                // compare-and-select: `f32::max` and `min` would also test for NaN
-                let q = if q < lo {
-                    lo
-                } else if q > hi {
-                    hi
-                } else {
-                    q
-                };
-                c[i] = round_clamped(q, zc) as u8;
+                c[i] = round_saturate_finite(finite_quotient(x, sc, inv), zc, p.range) as u8;
             }
         }
         None => {

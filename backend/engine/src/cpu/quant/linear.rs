@@ -182,15 +182,21 @@ pub(crate) fn quantize_dequantize_in_place<const FMA: bool>(
 
 /// saturate(round_half_even(v) + zero_point): [`quantize_one`] of the quotient `v = x / scale`.
 #[inline(always)]
-pub(super) fn round_saturate(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
+pub(super) fn round_saturate(v: f32, zero_point: i32, range: (i32, i32)) -> i32 {
+    // NaN: 0 once the zero point is added (every quantized type's range holds 0)
+    let v = if v.is_nan() { -(zero_point as f32) } else { v };
+    round_saturate_finite(v, zero_point, range)
+}
+
+/// [`round_saturate`] of a `v` known not to be NaN (a finite quotient): the clamp alone, as
+/// compare-and-select (`f32::max` and `min` would also test for NaN).
+#[inline(always)]
+pub(super) fn round_saturate_finite(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i32 {
     let (lo, hi) = ((lo - zero_point) as f32, (hi - zero_point) as f32);
     let v = if v < lo {
         lo
     } else if v > hi {
         hi
-    } else if v.is_nan() {
-        // 0 once the zero point is added (every quantized type's range holds 0)
-        -(zero_point as f32)
     } else {
         v
     };
@@ -200,7 +206,7 @@ pub(super) fn round_saturate(v: f32, zero_point: i32, (lo, hi): (i32, i32)) -> i
 /// `round_half_even(v) + zero_point` for a `v` already clamped to the range less the zero point
 /// (finite, below 2²² in magnitude): 1.5 · 2²³ added rounds it into the low bits of the sum.
 #[inline(always)]
-pub(super) fn round_clamped(v: f32, zero_point: i32) -> i32 {
+fn round_clamped(v: f32, zero_point: i32) -> i32 {
     const SHIFT: f32 = 12_582_912.0; // 1.5 · 2²³: the sum's unit in the last place is 1
     ((v + SHIFT).to_bits() as i32 - SHIFT.to_bits() as i32) + zero_point
 }
@@ -299,40 +305,22 @@ fn requantize_lanes<T: Code>(
     zero_point: i32,
     range: (i32, i32),
 ) {
+    let scaled = |v: i32, m: f32| v.wrapping_add(bias) as f32 * m;
     // an INT32 sum times a finite multiplier below 2⁹⁰ is finite: no NaN or infinity to round
     if mult.iter().all(|m| m.abs() < 1.237_94e27) {
-        let (lo, hi) = ((range.0 - zero_point) as f32, (range.1 - zero_point) as f32);
-        let code = |v: i32, m: f32| {
-            let q = v.wrapping_add(bias) as f32 * m;
-            // compare-and-select: `f32::max` and `min` would also test for NaN
-            let q = if q < lo {
-                lo
-            } else if q > hi {
-                hi
-            } else {
-                q
-            };
-            T::of(round_clamped(q, zero_point))
-        };
-        if let [m] = mult {
-            for (o, &v) in y.iter_mut().zip(acc) {
-                *o = code(v, *m);
-            }
-        } else {
-            for ((o, &v), &m) in y.iter_mut().zip(acc).zip(mult) {
-                *o = code(v, m);
-            }
-        }
-        return;
+        each_code(acc, y, mult, |v, m| {
+            T::of(round_saturate_finite(scaled(v, m), zero_point, range))
+        });
+    } else {
+        each_code(acc, y, mult, |v, m| {
+            T::of(quantize_one(scaled(v, m), 1.0, zero_point, range))
+        });
     }
-    let code = |v: i32, m: f32| {
-        T::of(quantize_one(
-            v.wrapping_add(bias) as f32 * m,
-            1.0,
-            zero_point,
-            range,
-        ))
-    };
+}
+
+/// `y[i] = code(acc[i], mult[i])`, `mult` one value or one per element.
+#[inline(always)]
+fn each_code<T>(acc: &[i32], y: &mut [T], mult: &[f32], code: impl Fn(i32, f32) -> T) {
     if let [m] = mult {
         for (o, &v) in y.iter_mut().zip(acc) {
             *o = code(v, *m);
