@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use bytes::Bytes;
 use http::header::{
-    CONNECTION, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
+    CONNECTION, Entry, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
     TRANSFER_ENCODING, UPGRADE,
 };
 
@@ -140,18 +140,24 @@ pub fn forwarded_for_value(peer: IpAddr) -> Option<HeaderValue> {
 }
 
 /// Appends the caller's address (`peer`, from [`forwarded_for_value`]) to `x-forwarded-for`.
+/// One lookup of the name (an entry), not a read and then an insert.
 pub fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
-    let joined = match headers.get(&FORWARDED_FOR) {
-        None => None,
-        Some(prev) => match prev.to_str() {
-            Ok(p) if !p.trim().is_empty() => {
-                let peer = String::from_utf8_lossy(peer.as_bytes());
-                HeaderValue::from_str(&format!("{p}, {peer}")).ok()
-            }
-            _ => None,
-        },
-    };
-    headers.insert(FORWARDED_FOR, joined.unwrap_or_else(|| peer.clone()));
+    match headers.entry(FORWARDED_FOR) {
+        Entry::Vacant(e) => {
+            e.insert(peer.clone());
+        }
+        Entry::Occupied(mut e) => {
+            let joined = match e.get().to_str() {
+                Ok(p) if !p.trim().is_empty() => {
+                    let peer = String::from_utf8_lossy(peer.as_bytes());
+                    HeaderValue::from_str(&format!("{p}, {peer}")).ok()
+                }
+                _ => None,
+            };
+            // `insert` replaces every value of the name: a repeated header becomes the one joined list.
+            e.insert(joined.unwrap_or_else(|| peer.clone()));
+        }
+    }
 }
 
 /// True when the message body is framed with `Transfer-Encoding` (only meaningful on HTTP/1.1).

@@ -334,13 +334,19 @@ async fn run(
         return Err(over_quota(&route.name, &caller, d));
     }
 
-    // Canary split.
+    // Canary split. A route with one destination has nothing to choose: no header to read, no roll.
     let canary = route.canary.as_ref();
-    let choice = route
-        .split
-        .choose_with(&parts.headers, &caller, &route.weights(), rand::random());
-    let dest = &route.split.destinations()[choice.index];
-    labels.destination = route.metrics.get(choice.index).cloned();
+    let chosen = match route.split.destinations() {
+        [_] => 0,
+        _ => {
+            route
+                .split
+                .choose_with(&parts.headers, &caller, &route.weights(), rand::random())
+                .index
+        }
+    };
+    let dest = &route.split.destinations()[chosen];
+    labels.destination = route.metrics.get(chosen).cloned();
     let Some(upstream) = rules.upstreams.get(&dest.upstream) else {
         return Err(GatewayError::new(
             ErrorKind::Internal,
@@ -453,7 +459,7 @@ async fn run(
                 return Err(refusal);
             }
             if let Some(c) = canary {
-                c.record(choice.index, true, started.elapsed(), Instant::now());
+                c.record(chosen, true, started.elapsed(), Instant::now());
             }
             return Err(retry_error(&route.name, e));
         }
@@ -469,7 +475,7 @@ async fn run(
         Some(c) => {
             let header_grpc = retry::grpc_status(&rparts.headers);
             let c = Arc::clone(c);
-            let index = choice.index;
+            let index = chosen;
             boxed(Observed::new(rbody, move |end| {
                 let error = match end {
                     BodyEnd::Trailers(trailer_grpc) => {

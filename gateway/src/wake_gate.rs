@@ -50,6 +50,20 @@ impl<F: Future> WakeGate<F> {
     }
 }
 
+impl<F> WakeGate<F> {
+    /// The inner future.
+    pub(crate) fn get(&self) -> &F {
+        &self.inner
+    }
+
+    /// The inner future, to change (a timer reset): it is polled at the next poll of the gate, so that it
+    /// registers the gate's waker again whatever the change did to the waker it held.
+    pub(crate) fn get_mut(&mut self) -> &mut F {
+        self.signal.woken.store(true, Ordering::Release);
+        &mut self.inner
+    }
+}
+
 impl<F: Future + Unpin> Future for WakeGate<F> {
     type Output = F::Output;
 

@@ -48,6 +48,7 @@ use crate::connection::{ConnInfo, ConnLimits};
 use crate::error::{ErrorKind, GatewayError};
 use crate::metrics as m;
 use crate::proxy::{self, Body};
+use crate::wake_gate::WakeGate;
 use incoming::Event;
 use infergate_http1::Error as WireError;
 use infergate_http1::body::{Decoded, Decoder};
@@ -108,7 +109,8 @@ where
         io,
         read: BytesMut::with_capacity(READ_RESERVE),
         write: Vec::with_capacity(READ_RESERVE),
-        timer: Box::pin(tokio::time::sleep(limits.header_read_timeout)),
+        timer: WakeGate::new(Box::pin(tokio::time::sleep(limits.header_read_timeout))),
+        shutdown_signal: WakeGate::new(shutdown_signal(shutdown.clone())),
         opened: Instant::now(),
         parser: RequestParser::new(limits.max_headers, limits.max_header_bytes),
         limits,
@@ -147,6 +149,11 @@ where
     Ended::Closed
 }
 
+/// Resolves when `shutdown` turns true, or its sender is dropped.
+fn shutdown_signal(mut shutdown: watch::Receiver<bool>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move { crate::listener::signalled(&mut shutdown).await })
+}
+
 /// What waiting for the next request head gave. Not boxed: it is made once per request and taken apart at
 /// once, and a box would cost an allocation per request.
 #[allow(clippy::large_enum_variant)]
@@ -175,8 +182,11 @@ struct Connection<I, G> {
     read: BytesMut,
     /// Response bytes not yet written.
     write: Vec<u8>,
-    /// The head-read and idle deadline, reset for each wait.
-    timer: Pin<Box<Sleep>>,
+    /// The head-read and idle deadline, reset for each wait. It and `shutdown_signal` are gated: the wait
+    /// for a head polls them beside every read, and they are ready once in a connection's life.
+    timer: WakeGate<Pin<Box<Sleep>>>,
+    /// Resolves when `shutdown` turns true (or its sender is gone).
+    shutdown_signal: WakeGate<Pin<Box<dyn Future<Output = ()> + Send>>>,
     opened: Instant,
     limits: Arc<ConnLimits>,
     shutdown: watch::Receiver<bool>,
@@ -223,8 +233,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
             // The timer is only ever moved earlier: a later deadline (the next request's idle limit) is
             // taken up when the timer fires early, so a busy connection does not re-arm it per request.
             let deadline = head_deadline.unwrap_or(idle_deadline);
-            if deadline < self.timer.deadline() {
-                self.timer.as_mut().reset(deadline);
+            if deadline < self.timer.get().deadline() {
+                self.timer.get_mut().as_mut().reset(deadline);
             }
             self.read.reserve(READ_RESERVE);
             let read = tokio::select! {
@@ -238,15 +248,11 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Connection<I, G> {
                         }
                         return Next::Close;
                     }
-                    self.timer.as_mut().reset(deadline);
+                    self.timer.get_mut().as_mut().reset(deadline);
                     continue;
                 }
-                changed = self.shutdown.changed(), if idle => {
-                    if changed.is_err() {
-                        return Next::Close;
-                    }
-                    continue;
-                }
+                // Resolved once only: the connection closes.
+                () = &mut self.shutdown_signal, if idle => return Next::Close,
             };
             match read {
                 Ok(0) | Err(_) => return Next::Close,

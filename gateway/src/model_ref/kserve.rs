@@ -26,9 +26,9 @@ const PREFIX: &str = "/v2/models/";
 /// Parses `/v2/models/{name}[/versions/{v}][/rest]` (query string allowed after it). Returns `None`
 /// for other paths, for `/v2/models/stats` (the all-models statistics call) and for empty names.
 pub fn parse_rest_model_path(path: &str) -> Option<RestModelPath<'_>> {
-    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let path = before_query(path);
     let rest = path.strip_prefix(PREFIX)?;
-    let name_len = rest.find('/').unwrap_or(rest.len());
+    let name_len = segment_len(rest);
     let name = &rest[..name_len];
     if name.is_empty() || (name == "stats" && name_len == rest.len()) {
         return None;
@@ -38,7 +38,7 @@ pub fn parse_rest_model_path(path: &str) -> Option<RestModelPath<'_>> {
     let mut version = None;
     let mut after_version = after_name;
     if let Some(v) = tail.strip_prefix("/versions/") {
-        let v_len = v.find('/').unwrap_or(v.len());
+        let v_len = segment_len(v);
         if v_len > 0 {
             version = Some(&v[..v_len]);
             after_version = after_name + "/versions/".len() + v_len;
@@ -56,13 +56,24 @@ const REPOSITORY_PREFIX: &str = "/v2/repository/models/";
 /// The model named by a repository call, `/v2/repository/models/{name}/load` or `.../unload` (query string
 /// allowed after it), as written in the path. `None` for other paths and empty names.
 pub fn parse_repository_model_path(path: &str) -> Option<ModelRef<'_>> {
-    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let path = before_query(path);
     let rest = path.strip_prefix(REPOSITORY_PREFIX)?;
     let (name, action) = rest.split_once('/')?;
     if name.is_empty() || !matches!(action, "load" | "unload") {
         return None;
     }
     Some(ModelRef { name, version: None })
+}
+
+/// `path` without its query string. These run on every request: byte searches (`memchr`) rather than `str`'s
+/// char searches, which cost several times more on a short path.
+fn before_query(path: &str) -> &str {
+    memchr::memchr(b'?', path.as_bytes()).map_or(path, |q| &path[..q])
+}
+
+/// The length of the segment `rest` starts with (up to its first `/`).
+fn segment_len(rest: &str) -> usize {
+    memchr::memchr(b'/', rest.as_bytes()).unwrap_or(rest.len())
 }
 
 #[cfg(test)]

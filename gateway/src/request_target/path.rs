@@ -47,9 +47,15 @@ pub fn decode_segment(segment: &str) -> Result<Cow<'_, str>, TargetError> {
         .map_err(|_| TargetError::SegmentNotUtf8(segment.to_string()))
 }
 
-/// Whether some segment of `path` is `.` or `..`.
+/// Whether some segment of `path` is `.` or `..`. Looks only where a dot is (a vectorised search): most
+/// paths have none, and splitting every path into its segments cost more than the rest of the check.
 fn has_dot_segment(path: &str) -> bool {
-    path.split('/').any(|s| s == "." || s == "..")
+    let b = path.as_bytes();
+    memchr::memchr_iter(b'.', b).any(|i| {
+        let starts_segment = i == 0 || b[i - 1] == b'/';
+        let end = if b.get(i + 1) == Some(&b'.') { i + 2 } else { i + 1 };
+        starts_segment && (end == b.len() || b[end] == b'/')
+    })
 }
 
 /// Decodes escapes of unreserved characters, upper-cases the hex of the others, refuses `%2F`, `%00` and
@@ -206,6 +212,26 @@ mod tests {
             canonical_path("/v2/%+4"),
             Err(TargetError::BadEscape("%+4".into()))
         );
+    }
+
+    #[test]
+    fn the_dot_segment_search_agrees_with_splitting_into_segments() {
+        // Every path of up to 7 characters over `/`, `.` and `a`: the search must find a dot segment exactly
+        // where splitting the path at its slashes does.
+        let mut paths = vec![String::new()];
+        for _ in 0..7 {
+            let longer: Vec<String> = paths
+                .iter()
+                .filter(|p| p.len() == paths.last().map_or(0, String::len))
+                .flat_map(|p| ['/', '.', 'a'].map(|c| format!("{p}{c}")))
+                .collect();
+            paths.extend(longer);
+        }
+        assert_eq!(paths.len(), (0..=7).map(|n| 3usize.pow(n)).sum::<usize>());
+        for p in &paths {
+            let by_split = p.split('/').any(|s| s == "." || s == "..");
+            assert_eq!(has_dot_segment(p), by_split, "{p:?}");
+        }
     }
 
     #[test]
