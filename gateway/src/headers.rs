@@ -109,16 +109,29 @@ pub fn upgrade_request(headers: &HeaderMap) -> UpgradeRequest {
 /// request would only evict useful entries from the HPACK table (and make every later lookup of the
 /// name walk the ids already there).
 pub fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
-    if let Some(v) = headers.get_mut(&REQUEST_ID)
-        && !v.is_empty()
-    {
-        v.set_sensitive(true);
-        return v.clone();
+    let fresh = || {
+        let mut value = request_id(rand::random());
+        value.set_sensitive(true);
+        value
+    };
+    // One lookup of the name (an entry), whether the caller sent an id or not.
+    match headers.entry(REQUEST_ID) {
+        Entry::Occupied(mut e) if !e.get().is_empty() => {
+            let v = e.get_mut();
+            v.set_sensitive(true);
+            v.clone()
+        }
+        Entry::Occupied(mut e) => {
+            let value = fresh();
+            e.insert(value.clone());
+            value
+        }
+        Entry::Vacant(e) => {
+            let value = fresh();
+            e.insert(value.clone());
+            value
+        }
     }
-    let mut value = request_id(rand::random());
-    value.set_sensitive(true);
-    headers.insert(REQUEST_ID, value.clone());
-    value
 }
 
 /// `id` as 32 lowercase hex digits.
@@ -147,15 +160,18 @@ pub fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
             e.insert(peer.clone());
         }
         Entry::Occupied(mut e) => {
-            let joined = match e.get().to_str() {
-                Ok(p) if !p.trim().is_empty() => {
-                    let peer = String::from_utf8_lossy(peer.as_bytes());
-                    HeaderValue::from_str(&format!("{p}, {peer}")).ok()
-                }
-                _ => None,
-            };
-            // `insert` replaces every value of the name: a repeated header becomes the one joined list.
-            e.insert(joined.unwrap_or_else(|| peer.clone()));
+            // A repeated header is one list (RFC 9110 §5.3): every earlier hop is kept, in order, and the
+            // joined list replaces the values. Values that are empty or not text are dropped.
+            let mut hops: Vec<&str> = e
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .collect();
+            let peer_text = String::from_utf8_lossy(peer.as_bytes());
+            hops.push(&peer_text);
+            let joined = HeaderValue::from_str(&hops.join(", ")).unwrap_or_else(|_| peer.clone());
+            e.insert(joined);
         }
     }
 }
@@ -225,6 +241,12 @@ mod tests {
     fn request_id_is_kept_or_added() {
         let mut h = map(&[("x-request-id", "abc")]);
         assert_eq!(ensure_request_id(&mut h), "abc");
+        assert!(h.get(&REQUEST_ID).unwrap().is_sensitive());
+        // An empty id is replaced by a fresh one, the only value of the name.
+        let mut h = map(&[("x-request-id", ""), ("x-request-id", "second")]);
+        let id = ensure_request_id(&mut h);
+        assert_eq!(id.len(), 32);
+        assert_eq!(h.get_all(&REQUEST_ID).iter().collect::<Vec<_>>(), [&id]);
         let mut h = HeaderMap::new();
         let id = ensure_request_id(&mut h);
         assert_eq!(id.len(), 32);
@@ -257,6 +279,14 @@ mod tests {
         append_forwarded_for(&mut h, &peer);
         assert_eq!(h.get(&FORWARDED_FOR).unwrap(), "10.0.0.1, 127.0.0.1");
         let mut h = HeaderMap::new();
+        append_forwarded_for(&mut h, &peer);
+        assert_eq!(h.get(&FORWARDED_FOR).unwrap(), "127.0.0.1");
+        // A repeated header keeps every hop, in order, as one value.
+        let mut h = map(&[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-for", " 10.0.0.2 ")]);
+        append_forwarded_for(&mut h, &peer);
+        let values: Vec<_> = h.get_all(&FORWARDED_FOR).iter().collect();
+        assert_eq!(values, ["10.0.0.1, 10.0.0.2, 127.0.0.1"]);
+        let mut h = map(&[("x-forwarded-for", "")]);
         append_forwarded_for(&mut h, &peer);
         assert_eq!(h.get(&FORWARDED_FOR).unwrap(), "127.0.0.1");
         let v6 = forwarded_for_value("::1".parse().unwrap()).unwrap();
