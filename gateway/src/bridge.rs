@@ -31,12 +31,13 @@ thread_local! {
     static LAST_HOST: RefCell<Option<(HeaderValue, Authority)>> = const { RefCell::new(None) };
 }
 
-/// The authority the caller addressed: the URI's (HTTP/2 `:authority`, absolute-form HTTP/1.1) or `Host`.
-pub fn request_authority<B>(req: &Request<B>) -> Option<Authority> {
-    if let Some(a) = req.uri().authority() {
+/// The authority the caller addressed: the URI's (HTTP/2 `:authority`, absolute-form HTTP/1.1) or that of
+/// `host`, its `Host` header.
+fn caller_authority(uri: &Uri, host: Option<&HeaderValue>) -> Option<Authority> {
+    if let Some(a) = uri.authority() {
         return Some(a.clone());
     }
-    let host = req.headers().get(HOST)?;
+    let host = host?;
     LAST_HOST.with(|last| {
         let mut last = last.borrow_mut();
         if let Some((value, authority)) = &*last
@@ -58,8 +59,8 @@ pub fn to_upstream(
     addr: SocketAddr,
     tls: Option<&UpstreamTls>,
 ) -> Request<Body> {
-    let authority = request_authority(&req).or_else(|| addr.to_string().parse::<Authority>().ok());
     let (mut parts, body) = req.into_parts();
+    let endpoint = || addr.to_string().parse::<Authority>().ok();
     let path = parts
         .uri
         .path_and_query()
@@ -67,6 +68,10 @@ pub fn to_upstream(
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     match protocol {
         UpstreamProtocol::Http2 => {
+            // `Host` does not go out over HTTP/2: taken out here, its value is the `:authority` when the
+            // target carries none (one lookup of the name, not a read and then a removal).
+            let host = parts.headers.remove(HOST);
+            let authority = caller_authority(&parts.uri, host.as_ref()).or_else(endpoint);
             let mut b = Uri::builder()
                 .scheme(if tls.is_some() {
                     Scheme::HTTPS
@@ -74,27 +79,26 @@ pub fn to_upstream(
                     Scheme::HTTP
                 })
                 .path_and_query(path);
-            if let Some(a) = &authority {
-                b = b.authority(a.clone());
+            if let Some(a) = authority {
+                b = b.authority(a);
             }
             if let Ok(uri) = b.build() {
                 parts.uri = uri;
             }
             parts.version = Version::HTTP_2;
-            parts.headers.remove(HOST);
         }
         UpstreamProtocol::Http1 => {
             // An origin-form request with a Host keeps it as it came (the authority was read from it);
             // otherwise Host is set from the authority (absolute-form, HTTP/2 callers, or none sent).
             let keep_host = parts.uri.authority().is_none() && parts.headers.contains_key(HOST);
-            parts.uri = Uri::from(path);
-            parts.version = Version::HTTP_11;
             if !keep_host
-                && let Some(a) = &authority
+                && let Some(a) = caller_authority(&parts.uri, parts.headers.get(HOST)).or_else(endpoint)
                 && let Ok(v) = HeaderValue::from_str(a.as_str())
             {
                 parts.headers.insert(HOST, v);
             }
+            parts.uri = Uri::from(path);
+            parts.version = Version::HTTP_11;
         }
     }
     Request::from_parts(parts, body)
