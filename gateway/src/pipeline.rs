@@ -334,17 +334,9 @@ async fn run(
         return Err(over_quota(&route.name, &caller, d));
     }
 
-    // Canary split. A route with one destination has nothing to choose: no header to read, no roll.
+    // Canary split.
     let canary = route.canary.as_ref();
-    let chosen = match route.split.destinations() {
-        [_] => 0,
-        _ => {
-            route
-                .split
-                .choose_with(&parts.headers, &caller, &route.weights(), rand::random())
-                .index
-        }
-    };
+    let chosen = route.choose(&parts.headers, &caller);
     let dest = &route.split.destinations()[chosen];
     labels.destination = route.metrics.get(chosen).cloned();
     let Some(upstream) = rules.upstreams.get(&dest.upstream) else {

@@ -22,7 +22,7 @@ pub use crate::route_key::RouteKey;
 pub use compile::{CompileError, caller_policy};
 pub use kserve::{ModelRef, RestModelPath, parse_repository_model_path, parse_rest_model_path};
 
-use crate::caller::CallerPolicy;
+use crate::caller::{Caller, CallerPolicy};
 use crate::canary::CanaryState;
 use crate::fault::FaultPolicy;
 use crate::metrics::DestinationMetrics;
@@ -237,11 +237,24 @@ pub struct CompiledRoute {
 
 impl CompiledRoute {
     /// The weights to split with now: the canary analysis's (rolled back or promoted) when the
-    /// route has one, else the configured ones. Pass them to [`Split::choose_with`].
+    /// route has one, else the configured ones (what [`CompiledRoute::choose`] splits with).
     pub fn weights(&self) -> Weights<'_> {
         match &self.canary {
             Some(c) => Weights::Live(c.weights()),
             None => Weights::Configured(self.split.weights()),
+        }
+    }
+
+    /// The index of the destination (in [`Split::destinations`]) that serves a request with `headers` from
+    /// `caller`. A route with one destination has nothing to choose: no header read, no weights, no roll.
+    pub fn choose(&self, headers: &HeaderMap, caller: &Caller<'_>) -> usize {
+        match self.split.destinations() {
+            [_] => 0,
+            _ => {
+                self.split
+                    .choose_with(headers, caller, &self.weights(), rand::random())
+                    .index
+            }
         }
     }
 }
